@@ -1,0 +1,99 @@
+#include "process/process_calls.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+
+#include "libc/next_symbols.h"
+#include "process/inherited_environment.h"
+
+extern char** environ;
+
+namespace qpsock::process {
+
+void on_library_load() {
+  libc::resolve_all_next_symbols();
+  capture_inherited_environment();
+}
+
+pid_t fork() { return next::fork(); }
+
+pid_t vfork() { return process::fork(); }
+
+int execve(const char* path, char* const argv[], char* const envp[]) {
+  InheritedEnvironment environment(envp);
+  return next::execve(path, argv, environment.get());
+}
+
+int execv(const char* path, char* const argv[]) { return process::execve(path, argv, environ); }
+
+int execvp(const char* file, char* const argv[]) {
+  return process::execvpe(file, argv, environ);
+}
+
+int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  InheritedEnvironment environment(envp);
+  return next::execvpe(file, argv, environment.get());
+}
+
+int fexecve(int fd, char* const argv[], char* const envp[]) {
+  InheritedEnvironment environment(envp);
+  return next::fexecve(fd, argv, environment.get());
+}
+
+int exec_argument_list(ListExecVariant variant, const char* target, const char* first,
+                       va_list arguments) {
+  va_list counting;
+  va_copy(counting, arguments);
+  size_t count = 1;
+  if (first != nullptr) {
+    while (va_arg(counting, const char*) != nullptr) ++count;
+  }
+  va_end(counting);
+
+  // mmap rather than malloc: this often runs in a freshly forked child.
+  size_t bytes = (count + 1) * sizeof(char*);
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
+    errno = ENOMEM;
+    return -1;
+  }
+  auto** argv = static_cast<char**>(memory);
+  argv[0] = const_cast<char*>(first);
+  for (size_t index = 1; index < count; ++index) argv[index] = va_arg(arguments, char*);
+  argv[count] = nullptr;
+  char* const* envp = environ;
+  if (variant == ListExecVariant::path_with_environment) {
+    if (first != nullptr) va_arg(arguments, char*);  // the terminating null
+    envp = va_arg(arguments, char* const*);
+  }
+
+  int result = -1;
+  switch (variant) {
+    case ListExecVariant::path:
+    case ListExecVariant::path_with_environment:
+      result = process::execve(target, argv, envp);
+      break;
+    case ListExecVariant::search_path:
+      result = process::execvpe(target, argv, envp);
+      break;
+  }
+  int saved = errno;
+  munmap(memory, bytes);
+  errno = saved;
+  return result;
+}
+
+int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
+                const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
+  InheritedEnvironment environment(envp);
+  return next::posix_spawn(pid, path, actions, attributes, argv, environment.get());
+}
+
+int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
+                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
+  InheritedEnvironment environment(envp);
+  return next::posix_spawnp(pid, file, actions, attributes, argv, environment.get());
+}
+
+}  // namespace qpsock::process

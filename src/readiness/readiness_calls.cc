@@ -1,0 +1,56 @@
+#include "readiness/readiness_calls.h"
+
+#include "libc/next_symbols.h"
+#include "sockets/fd_table.h"
+
+namespace qpsock::readiness {
+
+int poll(pollfd* fds, nfds_t count, int timeout_milliseconds) {
+  return next::poll(fds, count, timeout_milliseconds);
+}
+
+int ppoll(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask) {
+  return next::ppoll(fds, count, timeout, mask);
+}
+
+int select(int count, fd_set* read_set, fd_set* write_set, fd_set* error_set,
+           timeval* timeout) {
+  return next::select(count, read_set, write_set, error_set, timeout);
+}
+
+int pselect(int count, fd_set* read_set, fd_set* write_set, fd_set* error_set,
+            const timespec* timeout, const sigset_t* mask) {
+  return next::pselect(count, read_set, write_set, error_set, timeout, mask);
+}
+
+int epoll_create(int size) {
+  int fd = next::epoll_create(size);
+  if (fd >= 0) sockets::FdTable::process_table().forget(fd);
+  return fd;
+}
+
+int epoll_create1(int flags) {
+  int fd = next::epoll_create1(flags);
+  if (fd >= 0) sockets::FdTable::process_table().forget(fd);
+  return fd;
+}
+
+int epoll_ctl(int epoll_fd, int operation, int fd, epoll_event* event) {
+  return next::epoll_ctl(epoll_fd, operation, fd, event);
+}
+
+int epoll_wait(int epoll_fd, epoll_event* events, int capacity, int timeout_milliseconds) {
+  return next::epoll_wait(epoll_fd, events, capacity, timeout_milliseconds);
+}
+
+int epoll_pwait(int epoll_fd, epoll_event* events, int capacity, int timeout_milliseconds,
+                const sigset_t* mask) {
+  return next::epoll_pwait(epoll_fd, events, capacity, timeout_milliseconds, mask);
+}
+
+int epoll_pwait2(int epoll_fd, epoll_event* events, int capacity, const timespec* timeout,
+                 const sigset_t* mask) {
+  return next::epoll_pwait2(epoll_fd, events, capacity, timeout, mask);
+}
+
+}  // namespace qpsock::readiness

@@ -1,0 +1,131 @@
+#include "sockets/socket_lifecycle.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+
+#include "sockets/fd_table.h"
+#include "libc/next_symbols.h"
+
+namespace qpsock::sockets {
+namespace {
+
+FdTable& table() { return FdTable::process_table(); }
+
+// A connection accepted from a tracked listener is tracked too.
+int record_accepted(int listener_fd, int accepted) {
+  if (accepted >= 0) {
+    FdRecord listener = table().lookup(listener_fd);
+    if (listener.tracked()) {
+      table().track_new(accepted, listener.kind, listener.family);
+    } else {
+      table().forget(accepted);
+    }
+  }
+  return accepted;
+}
+
+}  // namespace
+
+bool is_trackable_socket(int domain, int type, int protocol) {
+  int base_type = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+  return (domain == AF_INET || domain == AF_INET6) && base_type == SOCK_STREAM &&
+         (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+int socket(int domain, int type, int protocol) {
+  int fd = next::socket(domain, type, protocol);
+  if (fd >= 0) {
+    // A fresh fd number may still carry the record of an fd closed behind our
+    // back (a raw syscall); overwrite it either way.
+    if (is_trackable_socket(domain, type, protocol)) {
+      table().track_new(fd, SocketKind::tcp, static_cast<uint8_t>(domain));
+    } else {
+      table().forget(fd);
+    }
+  }
+  return fd;
+}
+
+int socketpair(int domain, int type, int protocol, int fds[2]) {
+  int result = next::socketpair(domain, type, protocol, fds);
+  if (result == 0) {
+    table().forget(fds[0]);
+    table().forget(fds[1]);
+  }
+  return result;
+}
+
+int bind(int fd, const sockaddr* address, socklen_t length) {
+  return next::bind(fd, address, length);
+}
+
+int listen(int fd, int backlog) { return next::listen(fd, backlog); }
+
+int accept(int fd, sockaddr* address, socklen_t* length) {
+  return record_accepted(fd, next::accept(fd, address, length));
+}
+
+int accept4(int fd, sockaddr* address, socklen_t* length, int flags) {
+  return record_accepted(fd, next::accept4(fd, address, length, flags));
+}
+
+int connect(int fd, const sockaddr* address, socklen_t length) {
+  return next::connect(fd, address, length);
+}
+
+int close(int fd) {
+  // Forget first: until the kernel closes the fd no other socket can take its
+  // number, so the record can never be cleared from under a new socket.
+  table().forget(fd);
+  return next::close(fd);
+}
+
+int shutdown(int fd, int how) { return next::shutdown(fd, how); }
+
+int dup(int fd) {
+  int duplicate = next::dup(fd);
+  if (duplicate >= 0) table().copy(fd, duplicate);
+  return duplicate;
+}
+
+int dup2(int old_fd, int new_fd) {
+  int result = next::dup2(old_fd, new_fd);
+  if (result >= 0 && old_fd != new_fd) table().copy(old_fd, new_fd);
+  return result;
+}
+
+int dup3(int old_fd, int new_fd, int flags) {
+  int result = next::dup3(old_fd, new_fd, flags);
+  if (result >= 0) table().copy(old_fd, new_fd);
+  return result;
+}
+
+int fcntl(int fd, int command, long argument) {
+  int result = next::fcntl(fd, command, argument);
+  if (result >= 0 && (command == F_DUPFD || command == F_DUPFD_CLOEXEC)) {
+    table().copy(fd, result);
+  }
+  return result;
+}
+
+int ioctl(int fd, unsigned long request, void* argument) {
+  return next::ioctl(fd, request, argument);
+}
+
+int getsockopt(int fd, int level, int name, void* value, socklen_t* length) {
+  return next::getsockopt(fd, level, name, value, length);
+}
+
+int setsockopt(int fd, int level, int name, const void* value, socklen_t length) {
+  return next::setsockopt(fd, level, name, value, length);
+}
+
+int getsockname(int fd, sockaddr* address, socklen_t* length) {
+  return next::getsockname(fd, address, length);
+}
+
+int getpeername(int fd, sockaddr* address, socklen_t* length) {
+  return next::getpeername(fd, address, length);
+}
+
+}  // namespace qpsock::sockets
