@@ -1,0 +1,50 @@
+// The engine's tunables, with their defaults and the ranges the config
+// accepts (qpsock.conf(5) documents the same numbers).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+namespace qpsock::config {
+
+// The transport two qpsock processes on the same host use.
+enum class SameHost : uint8_t { shm, rdma, kernel };
+
+const char* same_host_name(SameHost same_host);
+
+namespace limits {
+inline constexpr uint32_t kLargestInlineSize = 1024;
+inline constexpr uint64_t kSmallestRendezvousThreshold = uint64_t{1} << 10;
+inline constexpr uint64_t kLargestRendezvousThreshold = uint64_t{64} << 20;
+inline constexpr uint64_t kSmallestRingSize = uint64_t{64} << 10;
+inline constexpr uint64_t kLargestRingSize = uint64_t{256} << 20;
+inline constexpr uint64_t kSmallestEagerChunk = uint64_t{1} << 10;
+// The real ceiling is half of ring_size, checked once every source is applied.
+inline constexpr uint64_t kLargestEagerChunk = kLargestRingSize / 2;
+inline constexpr std::chrono::microseconds kLargestSpinTime = std::chrono::seconds{1};
+inline constexpr std::chrono::microseconds kShortestUpgradeTimeout = std::chrono::milliseconds{10};
+inline constexpr std::chrono::microseconds kLongestUpgradeTimeout = std::chrono::seconds{60};
+}  // namespace limits
+
+struct Tunables {
+  // Bytes a send may carry inline in the work request; empty: ask the device
+  // (max_inline_data of the queue pair).
+  std::optional<uint32_t> inline_size;
+  // Writes of at least this many bytes go by zero-copy rendezvous.
+  uint64_t rendezvous_threshold = uint64_t{64} << 10;
+  // Per-direction eager receive ring; a power of two.
+  uint64_t ring_size = uint64_t{1} << 20;
+  // Largest eager message; at most ring_size / 2.
+  uint64_t eager_chunk = uint64_t{64} << 10;
+  // How long a blocking wait busy-polls before it sleeps.
+  std::chrono::microseconds spin_time{20};
+  // How long the side-channel negotiation may take before the connection stays on TCP.
+  std::chrono::microseconds upgrade_timeout = std::chrono::milliseconds{2000};
+  SameHost same_host = SameHost::shm;
+
+  bool operator==(const Tunables&) const = default;
+};
+
+}  // namespace qpsock::config
