@@ -19,7 +19,8 @@ bool enabled(Level level);
 // Formats into a fixed stack buffer and writes one line with one write(2):
 // no allocation, no stdio, no lock, errno preserved.
 void message(Level level, const char* format, ...) __attribute__((format(printf, 2, 3)));
-void vmessage(Level level, const char* format, va_list arguments);
+void vmessage(Level level, const char* format, va_list arguments)
+    __attribute__((format(printf, 2, 0)));
 
 // Re-reads QPSOCK_LOG_LEVEL / QPSOCK_LOG_FILE (tests; after fork they still hold).
 void reload_settings_from_environment();

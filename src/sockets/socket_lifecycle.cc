@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 
+#include "sockets/connection_policy.h"
 #include "sockets/fd_table.h"
 #include "libc/next_symbols.h"
 
@@ -17,6 +18,7 @@ int record_accepted(int listener_fd, int accepted) {
     FdRecord listener = table().lookup(listener_fd);
     if (listener.tracked()) {
       table().track_new(accepted, listener.kind, listener.family);
+      decide_for_connection(accepted, config::Role::server);
     } else {
       table().forget(accepted);
     }
@@ -70,7 +72,13 @@ int accept4(int fd, sockaddr* address, socklen_t* length, int flags) {
 }
 
 int connect(int fd, const sockaddr* address, socklen_t length) {
-  return next::connect(fd, address, length);
+  int result = next::connect(fd, address, length);
+  // A non-blocking connect in progress has its peer already: decide now.
+  if ((result == 0 || errno == EINPROGRESS) && address != nullptr &&
+      table().lookup(fd).tracked()) {
+    decide_for_connection(fd, config::Role::client, address);
+  }
+  return result;
 }
 
 int close(int fd) {

@@ -1,0 +1,68 @@
+#include "sockets/connection_policy.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/errno_guard.h"
+#include "common/log.h"
+#include "config/config_loader.h"
+#include "libc/next_symbols.h"
+
+namespace qpsock::sockets {
+namespace {
+
+// "address:port" or "[address]:port" for the log.
+void format_endpoint(const sockaddr_storage& address, char* text, size_t size) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  unsigned port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto& ipv4 = reinterpret_cast<const sockaddr_in&>(address);
+    inet_ntop(AF_INET, &ipv4.sin_addr, host, sizeof(host));
+    port = ntohs(ipv4.sin_port);
+    snprintf(text, size, "%s:%u", host, port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto& ipv6 = reinterpret_cast<const sockaddr_in6&>(address);
+    inet_ntop(AF_INET6, &ipv6.sin6_addr, host, sizeof(host));
+    port = ntohs(ipv6.sin6_port);
+    snprintf(text, size, "[%s]:%u", host, port);
+  } else {
+    snprintf(text, size, "?");
+  }
+}
+
+}  // namespace
+
+config::Decision decide_for_connection(int fd, config::Role role, const sockaddr* peer) {
+  ErrnoGuard errno_guard;
+  sockaddr_storage local{}, remote{};
+  socklen_t length = sizeof(local);
+  if (next::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) local.ss_family = AF_UNSPEC;
+  if (peer != nullptr) {
+    memcpy(&remote, peer, peer->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  } else {
+    length = sizeof(remote);
+    if (next::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &length) != 0) {
+      remote.ss_family = AF_UNSPEC;
+    }
+  }
+  config::Decision decision = config::process_config().decide(
+      reinterpret_cast<const sockaddr*>(&local), reinterpret_cast<const sockaddr*>(&remote), role);
+  if (log::enabled(log::Level::info)) {
+    char local_text[64], remote_text[64];
+    format_endpoint(local, local_text, sizeof(local_text));
+    format_endpoint(remote, remote_text, sizeof(remote_text));
+    bool offload = decision.action == config::Action::offload;
+    log::message(log::Level::info, "fd %d: %s %s %s %s: %s (%.*s)%s", fd,
+                 role == config::Role::client ? "client" : "server", local_text,
+                 role == config::Role::client ? "->" : "<-", remote_text,
+                 offload ? "offload" : "kernel", static_cast<int>(decision.reason.size()),
+                 decision.reason.data(),
+                 offload ? "; no transport in this version, stays on kernel TCP" : "");
+  }
+  return decision;
+}
+
+}  // namespace qpsock::sockets
