@@ -58,4 +58,9 @@ int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t*
   return qpsock::process::posix_spawnp(pid, file, actions, attributes, argv, envp);
 }
 
+int system(const char* command) { return qpsock::process::system(command); }
+FILE* popen(const char* command, const char* mode) {
+  return qpsock::process::popen(command, mode);
+}
+
 }  // extern "C"

@@ -20,6 +20,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -48,7 +50,7 @@ namespace qpsock::libc {
   X(epoll_ctl) X(epoll_wait) X(epoll_pwait) X(epoll_pwait2) X(fcntl) X(fcntl64) X(ioctl)  \
   X(getsockopt) X(setsockopt) X(getsockname) X(getpeername) X(dup) X(dup2) X(dup3)        \
   X(fork) X(execve) X(execv) X(execvp) X(execvpe) X(fexecve) X(posix_spawn)               \
-  X(posix_spawnp) X(open)
+  X(posix_spawnp) X(system) X(popen) X(open)
 
 struct NextSymbolTable {
 // void*: glibc's attributes on the function types cannot ride in a template argument.

@@ -261,6 +261,14 @@ const decltype(&::fexecve) fexecve = [](int fd, char* const argv[], char* const 
 };
 const decltype(&::posix_spawn) posix_spawn = raw_posix_spawn;
 const decltype(&::posix_spawnp) posix_spawnp = raw_posix_spawn;
+const decltype(&::system) system = [](const char*) noexcept {
+  errno = ENOSYS;
+  return -1;
+};
+const decltype(&::popen) popen = [](const char*, const char*) noexcept -> FILE* {
+  errno = ENOSYS;
+  return nullptr;
+};
 const decltype(&::open) open = raw_open;
 
 }  // namespace qpsock::libc::raw

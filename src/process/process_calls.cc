@@ -84,6 +84,36 @@ int exec_argument_list(ListExecVariant variant, const char* target, const char* 
   return result;
 }
 
+namespace {
+
+// Runs `call` with environ replaced by the inherited environment, only if the
+// current one lacks something. Another thread's setenv during the call would
+// be lost, as with any setenv that races a spawn; the common case (nothing
+// missing) swaps nothing.
+template <typename Call>
+auto with_inherited_environ(Call call) {
+  InheritedEnvironment environment(environ);
+  if (environment.get() == environ) return call();
+  char** saved = environ;
+  environ = const_cast<char**>(environment.get());
+  auto result = call();
+  int saved_errno = errno;
+  environ = saved;
+  errno = saved_errno;
+  return result;
+}
+
+}  // namespace
+
+int system(const char* command) {
+  if (command == nullptr) return next::system(command);  // "is a shell available?"
+  return with_inherited_environ([&] { return next::system(command); });
+}
+
+FILE* popen(const char* command, const char* mode) {
+  return with_inherited_environ([&] { return next::popen(command, mode); });
+}
+
 int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
   InheritedEnvironment environment(envp);

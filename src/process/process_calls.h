@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdarg>
+#include <cstdio>
 
 namespace qpsock::process {
 
@@ -30,6 +31,12 @@ int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* 
                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]);
 int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
                  const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]);
+
+// glibc starts system's and popen's shell through its internal posix_spawn,
+// with the process's current environ: when the program has cleared or changed
+// it, qpsock swaps in the inherited environment for the duration of the call.
+int system(const char* command);
+FILE* popen(const char* command, const char* mode);
 
 // Called once from the library constructor.
 void on_library_load();
