@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# exec, environments and exit statuses under the runner:
+#  - a server accepts a connection, echoes its first bytes itself, then execs
+#    a different program (fd_echo) that inherits the connected socket (fd
+#    number in argv) and echoes the rest; the client's report must match
+#    across runners.
+#  - programs that start others with an EMPTY environment (execve with an
+#    empty envp and with envp NULL, execle,
+#    execvpe, fexecve, fork+execve, vfork+execve, posix_spawn, posix_spawnp,
+#    clearenv+system, clearenv+popen, env -i, Java ProcessBuilder with a cleared environment):
+#    the program started must have libqpsock.so loaded exactly when the
+#    runner loads it (qpsock keeps itself across exec).
+#  - the exit status is propagated (3 gives 3, 0 gives 0, death by SIGTERM
+#    gives 143).
+#  - a shell script (bash, talking over /dev/tcp) and `java -jar` run
+#    under the runner with the same output.
+# usage: exec.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+parse_runners "$@"
+require_tools java env
+for program in exec_probe fd_echo echo_client fork_echo_server; do require_program "$program"; done
+[[ -n "$QPSOCK_JAVA_JAR" && -f "$QPSOCK_JAVA_JAR" ]] ||
+  die "the Java test programs are not built (QPSOCK_JAVA_JAR='$QPSOCK_JAVA_JAR'): install a JDK 17 (javac) and re-run cmake"
+
+PROBE=$QPSOCK_PROGRAMS_DIR/exec_probe
+cp "$QPSOCK_SOURCE_DIR/tests/programs/shell_probe.sh" "$TEST_TMP/shell_probe.sh"
+chmod +x "$TEST_TMP/shell_probe.sh"
+JAVA_OPTIONS=(-XX:+UseSerialGC -Xmx128m -XX:TieredStopAtLevel=1 -Xshare:auto)
+declare -A REFERENCE=()
+
+# compare_with_reference KEY DESCRIPTION FILE: the first runner's FILE is the
+# reference for KEY; later runners' must have the same sha256.
+compare_with_reference() {
+  local key=$1 description=$2 file=$3
+  if [[ -z "${REFERENCE[$key]:-}" ]]; then
+    REFERENCE[$key]=$file
+  else
+    assert_same_checksum "$description vs ${RUNNERS[0]}" "${REFERENCE[$key]}" "$file"
+  fi
+}
+
+# expect_state DESCRIPTION RUNNER OUTPUT_FILE STATUS
+expect_state() {
+  local description=$1 runner=$2 output=$3 status=$4 expected=absent actual
+  runner_loads_qpsock "$runner" && expected=loaded
+  actual=$(grep -o 'qpsock=[a-z]*' "$output" | tr '\n' ' ') || true
+  actual=${actual% }
+  if ((status == 0)) && [[ "$actual" == "qpsock=$expected" ]]; then
+    pass "$description ($runner): child reports qpsock=$expected"
+  else
+    fail "$description ($runner): expected qpsock=$expected and status 0, got '${actual:-no report}' and status $status"
+  fi
+}
+
+inherited_socket() {
+  local runner=$1 tag port status=0 report
+  tag=$(runner_tag "$runner")
+  start_server "$runner" "serve-then-exec.$tag" "$PROBE" serve-then-exec @PORT@ 100000 \
+    "$QPSOCK_PROGRAMS_DIR/fd_echo" || return 0
+  port=$SERVER_PORT
+  report=$TEST_TMP/inherited.$tag
+  run_under "$runner" 30 "$QPSOCK_PROGRAMS_DIR/echo_client" -c 1 -b 8388608 -s 21 "$port" \
+    >"$report" 2>"$LOG_DIR/inherited-client.$tag.log" || status=$?
+  assert_equal "client of a server that execs mid-connection ($runner)" 0 "$status"
+  status=0
+  wait_background "serve-then-exec.$tag" || status=$?
+  assert_equal "exec_probe -> exec fd_echo on the inherited socket ($runner)" 0 "$status"
+  if grep -q 'fd_echo: echoed' "$(background_log "serve-then-exec.$tag")"; then
+    pass "fd_echo served the inherited fd after exec ($runner)"
+  else
+    fail "fd_echo did not report serving the inherited fd ($runner)"
+  fi
+  assert_log_preload_state "fd_echo after exec" "$(background_log "serve-then-exec.$tag")" "$runner"
+  compare_with_reference inherited "echo report through exec ($runner)" "$report"
+}
+
+clean_environment() {
+  local runner=$1 tag method status output
+  tag=$(runner_tag "$runner")
+  for method in execve execve-null execle execvpe fexecve fork-execve vfork-execve posix_spawn posix_spawnp system popen; do
+    output=$LOG_DIR/clean-exec.$tag.$method.log
+    status=0
+    run_under "$runner" 10 "$PROBE" clean-exec "$method" "$PROBE" report >"$output" 2>&1 || status=$?
+    expect_state "$method with an empty environment" "$runner" "$output" "$status"
+  done
+  output=$LOG_DIR/env-i.$tag.log
+  status=0
+  run_under "$runner" 10 env -i "$PROBE" report >"$output" 2>&1 || status=$?
+  expect_state "env -i" "$runner" "$output" "$status"
+  output=$LOG_DIR/sh-env-i.$tag.log
+  status=0
+  # shellcheck disable=SC2016 # expanded by that sh
+  run_under "$runner" 10 sh -c 'exec env -i "$0" report' "$PROBE" >"$output" 2>&1 || status=$?
+  expect_state "sh -c 'exec env -i ...'" "$runner" "$output" "$status"
+  output=$LOG_DIR/java-spawn.$tag.log
+  status=0
+  run_under "$runner" 30 java "${JAVA_OPTIONS[@]}" -cp "$QPSOCK_JAVA_JAR" SpawnProbe "$PROBE" report \
+    >"$output" 2>&1 || status=$?
+  expect_state "Java ProcessBuilder with environment().clear()" "$runner" "$output" "$status"
+}
+
+exit_statuses() {
+  local runner=$1
+  assert_status "exec_probe exit 3 ($runner)" 3 run_under "$runner" 10 "$PROBE" exit 3
+  assert_status "exec_probe exit 0 ($runner)" 0 run_under "$runner" 10 "$PROBE" exit 0
+  assert_status "exec_probe exit 255 ($runner)" 255 run_under "$runner" 10 "$PROBE" exit 255
+  assert_status "exec_probe clean-exec execve ... exit 5 ($runner)" 5 \
+    run_under "$runner" 10 "$PROBE" clean-exec execve "$PROBE" exit 5
+  assert_status "sh killed by SIGTERM ($runner)" 143 run_under "$runner" 10 sh -c 'kill -TERM $$'
+  assert_status "false ($runner)" 1 run_under "$runner" 10 false
+}
+
+shell_and_java_jar() {
+  local runner=$1 tag port status=0 output
+  tag=$(runner_tag "$runner")
+  start_server "$runner" "echo-server.$tag" "$QPSOCK_PROGRAMS_DIR/fork_echo_server" -n 5 @PORT@ || return 0
+  port=$SERVER_PORT
+  output=$TEST_TMP/shell.$tag
+  run_under "$runner" 30 "$TEST_TMP/shell_probe.sh" "$port" "$PROBE" >"$output" 2>"$LOG_DIR/shell.$tag.log" ||
+    status=$?
+  assert_equal "shell script over /dev/tcp ($runner)" 0 "$status"
+  expect_state "exec_probe started by the shell script" "$runner" "$output" "$status"
+  grep -v '^qpsock=' "$output" >"$output.transcript" || true
+  compare_with_reference shell "shell script transcript ($runner)" "$output.transcript"
+
+  output=$TEST_TMP/java-jar.$tag
+  status=0
+  run_under "$runner" 40 java "${JAVA_OPTIONS[@]}" -jar "$QPSOCK_JAVA_JAR" "$port" 4 1048576 31 \
+    >"$output" 2>"$LOG_DIR/java-jar.$tag.log" || status=$?
+  assert_equal "java -jar (BlockingEchoClient, 4 connections) ($runner)" 0 "$status"
+  assert_log_preload_state "java -jar" "$LOG_DIR/java-jar.$tag.log" "$runner"
+  compare_with_reference java-jar "java -jar echo report ($runner)" "$output"
+  status=0
+  wait_background "echo-server.$tag" || status=$?
+  assert_equal "fork_echo_server for the shell script and java -jar ($runner)" 0 "$status"
+}
+
+for runner in "${RUNNERS[@]}"; do
+  inherited_socket "$runner"
+  clean_environment "$runner"
+  exit_statuses "$runner"
+  shell_and_java_jar "$runner"
+done
+finish

@@ -1,0 +1,155 @@
+/* exec_probe: the exec side of qpsock's integration tests.
+ *
+ *   exec_probe report
+ *       prints "qpsock=loaded" or "qpsock=absent" (libqpsock.so in
+ *       /proc/self/maps or not) and exits 0.
+ *   exec_probe exit STATUS
+ *       exits with STATUS.
+ *   exec_probe clean-exec METHOD PROGRAM [ARGS...]
+ *       runs PROGRAM (an absolute path) with an EMPTY environment, by METHOD:
+ *       execve, execve-null (envp NULL), execle, execvpe, fexecve (replace
+ *       this process), or
+ *       fork-execve, vfork-execve, posix_spawn, posix_spawnp (run it as a
+ *       child and exit with its status).
+ *   exec_probe serve-then-exec PORT PREFIX PROGRAM [ARGS...]
+ *       listens on 127.0.0.1:PORT, accepts one connection, echoes its first
+ *       PREFIX bytes itself, then execs PROGRAM ARGS... FD, where FD is the
+ *       number of the connected socket the new program inherits.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include "common.h"
+
+extern char** environ;
+
+static int report(void) {
+  int loaded = qpsock_loaded();
+  if (loaded < 0) die("/proc/self/maps:");
+  printf("qpsock=%s\n", loaded ? "loaded" : "absent");
+  return 0;
+}
+
+static int child_status(pid_t pid) {
+  int status;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) die("waitpid:");
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+static int clean_exec(const char* method, char** argv) {
+  char* empty[] = {NULL};
+  const char* path = argv[0];
+  fflush(stdout);
+  if (strcmp(method, "execve") == 0) {
+    execve(path, argv, empty);
+  } else if (strcmp(method, "execve-null") == 0) {
+    execve(path, argv, NULL); /* Linux takes a null envp as an empty one */
+  } else if (strcmp(method, "execle") == 0) {
+    /* argv is at most PROGRAM and one argument here. */
+    if (argv[1] == NULL) {
+      execle(path, argv[0], (char*)NULL, empty);
+    } else {
+      execle(path, argv[0], argv[1], (char*)NULL, empty);
+    }
+  } else if (strcmp(method, "execvpe") == 0) {
+    execvpe(path, argv, empty);
+  } else if (strcmp(method, "fexecve") == 0) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die("open %s:", path);
+    fexecve(fd, argv, empty);
+  } else if (strcmp(method, "fork-execve") == 0 || strcmp(method, "vfork-execve") == 0) {
+    pid_t pid = method[0] == 'v' ? vfork() : fork();
+    if (pid < 0) die("%s:", method);
+    if (pid == 0) {
+      execve(path, argv, empty);
+      _exit(127);
+    }
+    return child_status(pid);
+  } else if (strcmp(method, "posix_spawn") == 0 || strcmp(method, "posix_spawnp") == 0) {
+    pid_t pid;
+    int error = method[11] == 'p' ? posix_spawnp(&pid, path, NULL, NULL, argv, empty)
+                                  : posix_spawn(&pid, path, NULL, NULL, argv, empty);
+    if (error != 0) {
+      errno = error;
+      die("%s %s:", method, path);
+    }
+    return child_status(pid);
+  } else if (strcmp(method, "system") == 0 || strcmp(method, "popen") == 0) {
+    char command[4096] = "";
+    for (char** word = argv; *word != NULL; ++word) {
+      if (strlen(command) + strlen(*word) + 2 > sizeof(command)) die("command too long");
+      if (word != argv) strcat(command, " ");
+      strcat(command, *word);
+    }
+    if (clearenv() != 0) die("clearenv failed");
+    int status;
+    if (method[0] == 's') {
+      status = system(command);
+      if (status < 0) die("system:");
+    } else {
+      FILE* pipe = popen(command, "r");
+      if (pipe == NULL) die("popen:");
+      char line[256];
+      while (fgets(line, sizeof(line), pipe) != NULL) fputs(line, stdout);
+      status = pclose(pipe);
+      if (status < 0) die("pclose:");
+    }
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  } else {
+    die("unknown method '%s'", method);
+  }
+  die("%s %s:", method, path);
+}
+
+static int serve_then_exec(int port, long prefix, char** program) {
+  int listener = listen_loopback(0, port);
+  int connection;
+  while ((connection = accept(listener, NULL, NULL)) < 0) {
+    if (errno != EINTR) die("accept:");
+  }
+  close(listener);
+  unsigned char buffer[8192];
+  long echoed = 0;
+  while (echoed < prefix) {
+    size_t want = (size_t)(prefix - echoed) < sizeof(buffer) ? (size_t)(prefix - echoed) : sizeof(buffer);
+    ssize_t got = read(connection, buffer, want);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) die("read:");
+    if (got == 0) die("EOF after %ld of %ld prefix bytes", echoed, prefix);
+    if (write_all(connection, buffer, (size_t)got) != 0) die("write:");
+    echoed += got;
+  }
+  fprintf(stderr, "exec_probe: echoed %ld bytes on fd %d, exec %s\n", echoed, connection, program[0]);
+  size_t count = 0;
+  while (program[count] != NULL) ++count;
+  char** argv = calloc(count + 2, sizeof(char*));
+  char fd_text[16];
+  if (argv == NULL) die("out of memory");
+  snprintf(fd_text, sizeof(fd_text), "%d", connection);
+  memcpy(argv, program, count * sizeof(char*));
+  argv[count] = fd_text;
+  execv(program[0], argv);
+  die("execv %s:", program[0]);
+}
+
+int main(int argc, char** argv) {
+  program_name = "exec_probe";
+  const char* usage =
+      "usage: exec_probe report | exit STATUS | clean-exec METHOD PROGRAM [ARGS...] |"
+      " serve-then-exec PORT PREFIX PROGRAM [ARGS...]";
+  if (argc < 2) die("%s", usage);
+  const char* mode = argv[1];
+  if (strcmp(mode, "report") == 0 && argc == 2) return report();
+  if (strcmp(mode, "exit") == 0 && argc == 3) return (int)parse_number(argv[2], "status");
+  if (strcmp(mode, "clean-exec") == 0 && argc >= 4) return clean_exec(argv[2], argv + 3);
+  if (strcmp(mode, "serve-then-exec") == 0 && argc >= 5)
+    return serve_then_exec((int)parse_number(argv[2], "port"), parse_number(argv[3], "prefix"), argv + 4);
+  die("%s", usage);
+}
