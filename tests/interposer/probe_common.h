@@ -2,15 +2,9 @@
 #ifndef QPSOCK_PROBE_COMMON_H
 #define QPSOCK_PROBE_COMMON_H
 
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
+
+#include "../programs/common.h"
 
 #define PROBE_CHECK(condition)                                                       \
   do {                                                                               \
@@ -23,15 +17,9 @@
 
 /* Connects a loopback TCP pair: *client and *server are the two ends. */
 static inline void probe_connect_pair(int* client, int* server) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  PROBE_CHECK(listener >= 0);
-  struct sockaddr_in address;
-  memset(&address, 0, sizeof(address));
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int listener = listen_loopback(0, 0);
+  struct sockaddr_storage address;
   socklen_t length = sizeof(address);
-  PROBE_CHECK(bind(listener, (struct sockaddr*)&address, length) == 0);
-  PROBE_CHECK(listen(listener, 1) == 0);
   PROBE_CHECK(getsockname(listener, (struct sockaddr*)&address, &length) == 0);
   *client = socket(AF_INET, SOCK_STREAM, 0);
   PROBE_CHECK(*client >= 0);
@@ -42,14 +30,7 @@ static inline void probe_connect_pair(int* client, int* server) {
 }
 
 static inline void probe_write_all(int fd, const void* data, size_t length) {
-  const char* cursor = (const char*)data;
-  while (length > 0) {
-    ssize_t written = write(fd, cursor, length);
-    if (written < 0 && errno == EINTR) continue;
-    PROBE_CHECK(written > 0);
-    cursor += written;
-    length -= (size_t)written;
-  }
+  PROBE_CHECK(write_all(fd, data, length) == 0);
 }
 
 static inline void probe_read_all(int fd, void* data, size_t length) {
