@@ -84,7 +84,12 @@ std::string PortSet::to_string() const {
   for (const PortRange& range : ranges_) {
     if (!text.empty()) text += ',';
     text += decimal(range.first);
-    if (range.last != range.first) text += "-" + decimal(range.last);
+    if (range.last != range.first) {
+      // Two appends, not "-" + decimal(): GCC 12 reports a false -Wrestrict
+      // overlap for operator+(const char*, string&&) when inlined (GCC PR 105651).
+      text += '-';
+      text += decimal(range.last);
+    }
   }
   return text;
 }
