@@ -1,0 +1,36 @@
+// Page-aligned anonymous memory owned by one object (rings, staging and bounce
+// buffers): page alignment keeps registrations tight and nothing else shares
+// the pages, so a registration never pins an unrelated allocation.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+namespace qpsock::stream {
+
+class MappedMemory {
+ public:
+  MappedMemory() = default;
+  ~MappedMemory();
+  MappedMemory(MappedMemory&& other) noexcept;
+  MappedMemory& operator=(MappedMemory&& other) noexcept;
+  MappedMemory(const MappedMemory&) = delete;
+  MappedMemory& operator=(const MappedMemory&) = delete;
+
+  // Maps `length` zeroed bytes (rounded up to pages); 0 or -errno.
+  int map(size_t length);
+
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<std::byte> bytes() const { return {data_, size_}; }
+  bool empty() const { return data_ == nullptr; }
+
+ private:
+  void release();
+
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  size_t mapped_length_ = 0;
+};
+
+}  // namespace qpsock::stream

@@ -1,0 +1,50 @@
+#include "stream/rendezvous_sender.h"
+
+#include <algorithm>
+
+#include "stream/notification.h"
+
+namespace qpsock::stream {
+
+RendezvousDescriptor RendezvousSender::start(const void* source, uint64_t length,
+                                             const RegistrationLease& lease) {
+  const uint32_t id = next_id_;
+  next_id_ = next_id_ == kLargestNotificationValue ? 1 : next_id_ + 1;
+  entries_.push_back({id, length, RendezvousOutcome::pending});
+  return RendezvousDescriptor{reinterpret_cast<uint64_t>(source), length, lease->remote_key(), id};
+}
+
+RendezvousSender::Entry* RendezvousSender::find(uint32_t id) {
+  auto found = std::find_if(entries_.begin(), entries_.end(),
+                            [id](const Entry& entry) { return entry.id == id; });
+  return found == entries_.end() ? nullptr : &*found;
+}
+
+const RendezvousSender::Entry* RendezvousSender::find(uint32_t id) const {
+  return const_cast<RendezvousSender*>(this)->find(id);
+}
+
+bool RendezvousSender::on_answer(uint32_t id, RendezvousOutcome outcome) {
+  Entry* entry = find(id);
+  if (entry == nullptr || entry->outcome != RendezvousOutcome::pending) return false;
+  entry->outcome = outcome;
+  return true;
+}
+
+RendezvousOutcome RendezvousSender::outcome(uint32_t id) const {
+  const Entry* entry = find(id);
+  return entry == nullptr ? RendezvousOutcome::pending : entry->outcome;
+}
+
+void RendezvousSender::finish(uint32_t id) {
+  std::erase_if(entries_, [id](const Entry& entry) { return entry.id == id; });
+}
+
+uint64_t RendezvousSender::bytes_in_flight() const {
+  uint64_t total = 0;
+  for (const Entry& entry : entries_)
+    if (entry.outcome == RendezvousOutcome::pending) total += entry.length;
+  return total;
+}
+
+}  // namespace qpsock::stream

@@ -1,0 +1,49 @@
+// The sender's side of zero-copy writes: a large contiguous piece of a blocking
+// send is registered for remote read and described in a rendezvous record; the
+// receiver pulls it with RDMA reads and answers rendezvous_done. The sending
+// thread returns only then, so its buffer is untouched until the bytes left.
+//
+// If the sending thread is interrupted by a signal while it waits, it asks the
+// receiver to cancel: the receiver declines a rendezvous it has not started
+// (the send then returns what it had sent before, or EINTR), and otherwise
+// finishes it (rendezvous_done).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "stream/record.h"
+#include "stream/registration_provider.h"
+
+namespace qpsock::stream {
+
+enum class RendezvousOutcome : uint8_t { pending, done, declined };
+
+// Guarded by the stream's state lock.
+class RendezvousSender {
+ public:
+  // Starts tracking a rendezvous of `length` bytes at `source`, registered by
+  // `lease`; returns its descriptor (with a fresh id).
+  RendezvousDescriptor start(const void* source, uint64_t length, const RegistrationLease& lease);
+  // The receiver's answer; false for an id not pending (a protocol error).
+  bool on_answer(uint32_t id, RendezvousOutcome outcome);
+  RendezvousOutcome outcome(uint32_t id) const;
+  // Stops tracking `id` (its sender has returned).
+  void finish(uint32_t id);
+  // Bytes of started rendezvous not yet answered (part of SIOCOUTQ).
+  uint64_t bytes_in_flight() const;
+
+ private:
+  struct Entry {
+    uint32_t id;
+    uint64_t length;
+    RendezvousOutcome outcome;
+  };
+  Entry* find(uint32_t id);
+  const Entry* find(uint32_t id) const;
+
+  std::vector<Entry> entries_;  // one per sending thread in a rendezvous: tiny
+  uint32_t next_id_ = 1;
+};
+
+}  // namespace qpsock::stream

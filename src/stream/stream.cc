@@ -1,0 +1,199 @@
+// Stream: creation, connection, and the calls that only read or flip state.
+// Sending, receiving, pulling, progress and waiting live in stream_*.cc.
+#include "stream/stream.h"
+
+#include <cerrno>
+
+#include "common/log.h"
+
+namespace qpsock::stream {
+
+namespace {
+
+// Ring byte counts travel as 28-bit counts of 8-byte units.
+constexpr uint64_t kLargestRingSize = uint64_t{1} << 30;
+
+bool settings_valid(const StreamSettings& settings) {
+  return RingGeometry::valid_size(settings.ring_size) && settings.ring_size <= kLargestRingSize &&
+         settings.eager_chunk > 0 && settings.rendezvous_threshold > 0 &&
+         settings.bounce_size > 0;
+}
+
+bool transport_usable(const Transport& transport) {
+  return transport.notification_capacity() >= kSmallestNotificationCapacity &&
+         transport.max_slices() >= kMinimumSlicesPerPost &&
+         transport.send_queue_depth() >= 4 && transport.max_outstanding_reads() >= 1;
+}
+
+}  // namespace
+
+int Stream::create(std::unique_ptr<Transport> transport, const StreamSettings& settings,
+                   std::shared_ptr<RegistrationProvider> registrations,
+                   std::unique_ptr<Stream>& stream) {
+  if (transport == nullptr || !settings_valid(settings) || !transport_usable(*transport))
+    return -EINVAL;
+  auto created = std::make_unique<Stream>(ConstructionKey{}, std::move(transport), settings,
+                                         std::move(registrations));
+  if (int error = created->ring_.map(settings.ring_size); error < 0) return error;
+  if (int error = created->transport_->register_memory(created->ring_.data(), created->ring_.size(),
+                                                       MemoryAccess::remote_write,
+                                                       created->ring_registration_);
+      error < 0)
+    return error;
+  if (int error = created->wake_.open(); error < 0) return error;
+  stream = std::move(created);
+  return 0;
+}
+
+Stream::Stream(ConstructionKey, std::unique_ptr<Transport> transport, const StreamSettings& settings,
+               std::shared_ptr<RegistrationProvider> registrations)
+    : transport_(std::move(transport)), settings_(settings),
+      registrations_(registrations ? std::move(registrations)
+                                   : std::make_shared<DirectRegistrationProvider>(*transport_)),
+      ring_geometry_(settings.ring_size), receive_credit_(settings.ring_size) {}
+
+Stream::~Stream() = default;
+
+StreamEndpoint Stream::local_endpoint() const {
+  return StreamEndpoint{reinterpret_cast<uint64_t>(ring_.data()), ring_registration_->remote_key(),
+                        ring_.size(), transport_->notification_capacity()};
+}
+
+int Stream::connect(const StreamEndpoint& peer) {
+  std::lock_guard state(state_mutex_);
+  if (connected_) return -EISCONN;
+  if (!RingGeometry::valid_size(peer.ring_size) || peer.ring_size > kLargestRingSize ||
+      peer.notification_capacity < kSmallestNotificationCapacity)
+    return -EINVAL;
+  const uint64_t largest_payload = std::min(settings_.eager_chunk, peer.ring_size / 4);
+  eager_.emplace(*transport_, RemoteRegion{peer.ring_address, peer.ring_key}, peer.ring_size,
+                 largest_payload);
+  if (int error = eager_->prepare(); error < 0) {
+    eager_.reset();
+    return error;
+  }
+  send_credit_.emplace(peer.ring_size);
+  window_.emplace(peer.notification_capacity, transport_->notification_capacity());
+  connected_ = true;
+  return 0;
+}
+
+void Stream::set_control_channel(int fd, ControlEventHandler handler) {
+  std::lock_guard state(state_mutex_);
+  control_fd_ = fd;
+  control_handler_ = std::move(handler);
+  watching_control_ = fd >= 0 && control_handler_ != nullptr;
+}
+
+size_t Stream::readable_bytes() {
+  std::lock_guard state(state_mutex_);
+  if (!connected_) return 0;
+  progress_locked();
+  return readable_bytes_;
+}
+
+size_t Stream::unsent_bytes() {
+  std::lock_guard state(state_mutex_);
+  if (!connected_) return 0;
+  progress_locked();
+  return unsent_payload_ + unnotified_payload_ + rendezvous_out_.bytes_in_flight();
+}
+
+short Stream::readiness() {
+  std::lock_guard state(state_mutex_);
+  if (!connected_) return 0;
+  flush_unnotified_locked();
+  progress_locked();
+  short events = 0;
+  const bool read_closed = eof_received_ || read_shutdown_ || broken_;
+  if (read_closed) events |= POLLIN | POLLRDNORM | POLLRDHUP;
+  if (readable_bytes_ > 0) events |= POLLIN | POLLRDNORM;
+  if (broken_ || (read_closed && write_shutdown_)) events |= POLLHUP;
+  // Writable like TCP's low-water mark: a quarter of the peer's ring is free,
+  // so a write that is told so always makes progress.
+  const bool writable = can_write_locked(kSmallestDataRecord) &&
+                        send_credit_->room() >= eager_->geometry().size() / 4;
+  if (broken_ || write_shutdown_ || writable) events |= POLLOUT | POLLWRNORM;
+  if (pending_error_ != 0) events |= POLLERR;
+  return events;
+}
+
+int Stream::shutdown_read() {
+  std::lock_guard state(state_mutex_);
+  if (!connected_) return -ENOTCONN;
+  read_shutdown_ = true;
+  wake_.notify();
+  return 0;
+}
+
+int Stream::shutdown_write() {
+  std::lock_guard send_lock(send_mutex_);
+  std::lock_guard state(state_mutex_);
+  if (!connected_) return -ENOTCONN;
+  if (write_shutdown_) return 0;
+  write_shutdown_ = true;
+  if (!broken_) {
+    end_of_stream_pending_ = true;
+    flush_unnotified_locked();
+    flush_notifications_locked();
+  }
+  wake_.notify();
+  return 0;
+}
+
+CloseResult Stream::close() {
+  StateLock send_lock(send_mutex_);
+  StateLock state(state_mutex_);
+  if (closed_) return {0, 0};
+  int error = 0;
+  if (connected_ && !broken_) {
+    if (!write_shutdown_) {
+      write_shutdown_ = true;
+      end_of_stream_pending_ = true;
+    }
+    flush_unnotified_locked();
+    flush_notifications_locked();
+    send_lock.unlock();
+    // Our last writes must land before the transport goes: wait for their
+    // completions (the hardware's, not the peer application's).
+    const int waited = wait_until(
+        state,
+        [&] {
+          return posts_outstanding_ == 0 && !end_of_stream_pending_ && unnotified_ring_bytes_ == 0;
+        },
+        {.deadline = Clock::now() + settings_.close_flush_timeout});
+    if (waited < 0) error = waited;
+    else if (broken_) error = -ECONNRESET;
+  }
+  const size_t unread = connected_ ? readable_bytes_ : 0;
+  closed_ = true;
+  broken_ = true;
+  transport_->disconnect();
+  wake_.notify();
+  QPSOCK_LOG(debug, "stream closed: %zu bytes unread, error %d", unread, error);
+  return {unread, error};
+}
+
+void Stream::abort() {
+  std::lock_guard state(state_mutex_);
+  break_connection_locked(0);
+}
+
+int Stream::take_error() {
+  std::lock_guard state(state_mutex_);
+  const int error = pending_error_;
+  pending_error_ = 0;
+  return error;
+}
+
+uint32_t Stream::notifications_in_flight() {
+  std::lock_guard state(state_mutex_);
+  return window_ ? window_->counted_in_flight() : 0;
+}
+
+bool Stream::broken() {
+  std::lock_guard state(state_mutex_);
+  return broken_;
+}
+
+}  // namespace qpsock::stream

@@ -1,0 +1,231 @@
+// One upgraded TCP connection's byte stream, both directions, over a
+// Transport: the object the socket layer owns per upgraded connection. Its
+// calls give the results a kernel TCP socket gives (counts, -errno).
+//
+// Locks: send_mutex_ serializes senders, receive_mutex_ serializes receivers,
+// state_mutex_ guards the shared bookkeeping and every post/poll on the
+// transport. Order: send or receive, then state. None is held while a thread
+// sleeps; a blocking call spins for spin_time, then sleeps in poll(2) on the
+// transport's wait handle, the stream's wake signal and the control fd.
+#pragma once
+
+#include <poll.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+
+#include "stream/credit_window.h"
+#include "stream/eager_sender.h"
+#include "stream/function_ref.h"
+#include "stream/mapped_memory.h"
+#include "stream/notification.h"
+#include "stream/notification_window.h"
+#include "stream/registration_provider.h"
+#include "stream/rendezvous_receiver.h"
+#include "stream/rendezvous_sender.h"
+#include "stream/ring_layout.h"
+#include "stream/stream_settings.h"
+#include "stream/transport.h"
+#include "stream/wake_signal.h"
+
+namespace qpsock::stream {
+
+// What the peer needs to send to us; the upgrade protocol carries it across.
+struct StreamEndpoint {
+  uint64_t ring_address;
+  uint32_t ring_key;
+  uint64_t ring_size;
+  uint32_t notification_capacity;
+};
+
+// What the TCP control connection's readiness meant, as the socket layer
+// judges it (a stream call waiting saw POLLIN/POLLHUP/POLLERR on it).
+enum class ControlVerdict : uint8_t {
+  keep_waiting,     // handled (the handler consumed what made the fd ready)
+  stop_watching,    // nothing to act on, and the fd will stay ready: stop polling it
+  connection_lost,  // the peer is gone: the stream is broken (ECONNRESET)
+};
+// Called without any stream lock held, possibly from several waiting threads.
+using ControlEventHandler = std::function<ControlVerdict(short revents)>;
+
+struct CloseResult {
+  size_t unread_bytes;  // data the application never read: reset the TCP connection, as TCP does
+  int error;            // 0, or -errno if the last writes could not be flushed
+};
+
+class Stream {
+  struct ConstructionKey {
+    explicit ConstructionKey() = default;
+  };
+
+ public:
+  // Maps and registers our receive ring. `registrations` may be null: then
+  // every rendezvous buffer is registered directly with the transport.
+  static int create(std::unique_ptr<Transport> transport, const StreamSettings& settings,
+                    std::shared_ptr<RegistrationProvider> registrations,
+                    std::unique_ptr<Stream>& stream);
+  // Use create(); public only so that std::make_unique can reach it.
+  Stream(ConstructionKey, std::unique_ptr<Transport> transport, const StreamSettings& settings,
+         std::shared_ptr<RegistrationProvider> registrations);
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  StreamEndpoint local_endpoint() const;
+  // Starts the stream toward the peer's endpoint. Before it, calls give ENOTCONN.
+  int connect(const StreamEndpoint& peer);
+  // The TCP control socket, watched by every blocking wait. Set before use.
+  void set_control_channel(int fd, ControlEventHandler handler);
+
+  // send(2)/sendmsg(2): MSG_DONTWAIT, MSG_MORE (defers the peer's notification
+  // until the next call on this stream), MSG_NOSIGNAL is the socket layer's.
+  ssize_t send(std::span<const iovec> data, int flags, bool blocking);
+  // recv(2)/recvmsg(2): MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT.
+  ssize_t receive(std::span<const iovec> buffers, int flags, bool blocking);
+
+  size_t readable_bytes();  // FIONREAD
+  size_t unsent_bytes();    // SIOCOUTQ
+  // poll(2) events as tcp_poll reports them: POLLIN|POLLRDNORM, POLLOUT|
+  // POLLWRNORM, POLLRDHUP, POLLHUP, POLLERR.
+  short readiness();
+  int shutdown_write();
+  int shutdown_read();
+  // Flushes what was sent, ends our direction, and disconnects the transport.
+  CloseResult close();
+  // Breaks the stream now (the socket is going away under other threads):
+  // every waiting and later call returns at once.
+  void abort();
+  // SO_ERROR: the pending error (positive errno), cleared.
+  int take_error();
+
+  // For the readiness layer: the fds a waiter for this stream polls.
+  int transport_wait_handle() const { return transport_->wait_handle(); }
+  int wake_handle() const { return wake_.fd(); }
+
+  // Test and statistics hooks.
+  uint32_t notifications_in_flight();
+  bool broken();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  using StateLock = std::unique_lock<std::mutex>;
+
+  // --- stream_progress.cc: completions, notifications, breaking ---
+  // Polls and acts on every completion; true if there were any.
+  bool progress_locked();
+  void dispatch_locked(const Completion& completion);
+  void on_notification_locked(const Notification& notification);
+  void scan_locked();
+  void flush_notifications_locked();
+  void flush_unnotified_locked();
+  bool post_notification_locked(NotificationKind kind, uint32_t value);
+  bool send_queue_has_room_locked(uint32_t posts) const;
+  void break_connection_locked(int pending_error);
+  void protocol_error_locked(const char* what);
+
+  // --- stream_wait.cc ---
+  struct WaitOptions {
+    bool interruptible = false;  // a signal ends the wait with -EINTR
+    bool until_broken = true;    // a broken stream ends the wait
+    std::optional<Clock::time_point> deadline = std::nullopt;  // -ETIMEDOUT past it
+  };
+  // Waits until ready() (evaluated under the state lock), or as `options` say.
+  int wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOptions& options);
+
+  // --- stream_send.cc ---
+  bool can_write_locked(uint64_t smallest_record) const;
+  // -EPIPE or the pending error (taken only if `report`), or 0.
+  int send_error_locked(bool report);
+  // What a send returns after `error` stopped it: the partial count, or the
+  // error (a broken stream's pending error first).
+  ssize_t finish_send_locked(ssize_t accepted, ssize_t error);
+  // One step of copying, with the send lock held: plans, reserves, stages
+  // (the state lock released meanwhile) and posts. Bytes sent, or -errno.
+  ssize_t send_eager_step(StateLock& state, IovecCursor& source, uint64_t most_bytes, bool more);
+  // Posts the descriptor of a rendezvous, in ring order; its id or -errno.
+  int64_t post_rendezvous_descriptor(StateLock& state, ByteRange piece,
+                                     const RegistrationLease& lease);
+  // Sends `piece` by rendezvous and waits for the peer to pull it: its length,
+  // or -errno (-EINTR when interrupted and the peer declined).
+  ssize_t send_rendezvous(StateLock& state, ByteRange piece, const RegistrationLease& lease);
+  uint64_t bytes_before_rendezvous(const IovecCursor& source, bool blocking) const;
+
+  // --- stream_receive.cc ---
+  int receive_error_locked();
+  bool at_end_of_stream_locked() const;
+  // Copies data records at the head into `destination` (the copy runs without
+  // the state lock), consuming them; stops at a rendezvous record.
+  size_t deliver_ring_data(StateLock& state, IovecCursor& destination);
+  // Delivers from the rendezvous at the head, pulling as needed.
+  ssize_t deliver_rendezvous(StateLock& receive_lock, StateLock& state, IovecCursor& destination);
+  // MSG_PEEK: copies what is readable without consuming it.
+  ssize_t peek(StateLock& receive_lock, StateLock& state, std::span<const iovec> buffers);
+  void consume_record_locked(const RecordView& record);
+  size_t take_from_bounce_locked(IncomingRendezvous& rendezvous, IovecCursor& destination);
+
+  // --- stream_pull.cc: RDMA reads of the front rendezvous ---
+  // Each returns with both locks held again; 0 or -errno. pull_direct
+  // returns 1 if it could not register the buffer (use the bounce buffer).
+  int pull_into_bounce(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
+                       uint64_t length);
+  int pull_direct(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
+                  ByteRange destination);
+  int run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
+               LocalSlice landing);
+
+  std::unique_ptr<Transport> transport_;  // destroyed last: registrations below refer to it
+  StreamSettings settings_;
+  std::shared_ptr<RegistrationProvider> registrations_;
+  MappedMemory ring_;
+  std::unique_ptr<MemoryRegistration> ring_registration_;
+  RingGeometry ring_geometry_;
+  WakeSignal wake_;
+
+  std::mutex send_mutex_;
+  std::mutex receive_mutex_;
+  std::mutex state_mutex_;
+
+  // --- guarded by state_mutex_ ---
+  bool connected_ = false;
+  int control_fd_ = -1;
+  bool watching_control_ = false;
+  ControlEventHandler control_handler_;
+  std::optional<EagerSender> eager_;
+  std::optional<SendCredit> send_credit_;
+  std::optional<NotificationWindow> window_;
+  ReceiveCredit receive_credit_;
+  RendezvousSender rendezvous_out_;
+  RendezvousReceiver rendezvous_in_;
+  uint32_t posts_outstanding_ = 0;
+  uint32_t reads_outstanding_ = 0;
+  uint64_t unnotified_ring_bytes_ = 0;  // written with MSG_MORE, not yet announced
+  uint64_t unnotified_payload_ = 0;
+  uint64_t unsent_payload_ = 0;         // posted, not yet completed
+  uint64_t notified_ = 0;               // ring bytes the peer announced
+  uint64_t scanned_ = 0;                // ring bytes whose records were counted
+  uint64_t readable_bytes_ = 0;
+  bool eof_received_ = false;
+  uint64_t eof_offset_ = 0;
+  bool write_shutdown_ = false;
+  bool read_shutdown_ = false;
+  bool closed_ = false;
+  bool broken_ = false;
+  int pending_error_ = 0;               // positive errno, reported once
+  bool end_of_stream_pending_ = false;
+  bool pull_active_ = false;            // a receiver waits for its reads
+  std::deque<Notification> pending_replies_;  // rendezvous answers and cancels
+
+  // --- guarded by receive_mutex_ ---
+  uint64_t read_offset_ = 0;  // the head record's offset
+  uint64_t head_taken_ = 0;   // payload bytes of the head data record already read
+};
+
+}  // namespace qpsock::stream

@@ -1,0 +1,193 @@
+// Stream progress: polling the transport, acting on completions and the
+// peer's notifications, and posting our own notifications when the peer has
+// slots for them. Everything here runs under the state lock.
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "stream/stream.h"
+
+namespace qpsock::stream {
+
+bool Stream::progress_locked() {
+  std::array<Completion, 32> batch;
+  bool changed = false;
+  for (;;) {
+    const int count = transport_->poll(batch);
+    if (count < 0) {
+      break_connection_locked(ECONNRESET);
+      changed = true;
+      break;
+    }
+    for (int index = 0; index < count; ++index) dispatch_locked(batch[index]);
+    changed = changed || count > 0;
+    if (static_cast<size_t>(count) < batch.size()) break;
+  }
+  flush_notifications_locked();
+  if (changed) wake_.notify();
+  return changed;
+}
+
+void Stream::dispatch_locked(const Completion& completion) {
+  switch (completion.kind) {
+    case CompletionKind::write_done:
+      if (posts_outstanding_ > 0) --posts_outstanding_;
+      if (post_kind(completion.cookie) == PostKind::ring_write) {
+        unsent_payload_ -= std::min<uint64_t>(cookie_payload_bytes(completion.cookie), unsent_payload_);
+        if (completion.status == 0)
+          send_credit_->on_write_completed(cookie_ring_end(completion.cookie, send_credit_->written()));
+      }
+      break;
+    case CompletionKind::read_done:
+      if (posts_outstanding_ > 0) --posts_outstanding_;
+      if (reads_outstanding_ > 0) --reads_outstanding_;
+      break;
+    case CompletionKind::arrived:
+      if (completion.status == 0 && !broken_) {
+        if (auto notification = decode_notification(completion.immediate))
+          on_notification_locked(*notification);
+        else
+          protocol_error_locked("unknown notification");
+      }
+      break;
+  }
+  if (completion.status != 0) break_connection_locked(ECONNRESET);
+}
+
+void Stream::on_notification_locked(const Notification& notification) {
+  if (is_counted(notification.kind)) window_->on_counted_polled();
+  switch (notification.kind) {
+    case NotificationKind::data_arrived:
+      notified_ += notification.value * kRingUnit;
+      scan_locked();
+      break;
+    case NotificationKind::credit:
+      if (!send_credit_->on_credit(notification.value * kRingUnit))
+        protocol_error_locked("credit for bytes never written");
+      break;
+    case NotificationKind::slots_returned:
+      if (!window_->on_slots_returned(notification.value))
+        protocol_error_locked("more slots returned than used");
+      break;
+    case NotificationKind::rendezvous_done:
+    case NotificationKind::rendezvous_declined: {
+      const auto outcome = notification.kind == NotificationKind::rendezvous_done
+                               ? RendezvousOutcome::done
+                               : RendezvousOutcome::declined;
+      if (!rendezvous_out_.on_answer(notification.value, outcome))
+        protocol_error_locked("answer to no pending rendezvous");
+      break;
+    }
+    case NotificationKind::rendezvous_cancel: {
+      uint64_t declined_bytes = 0;
+      if (rendezvous_in_.on_cancel(notification.value, declined_bytes) == CancelAnswer::declined) {
+        readable_bytes_ -= std::min(declined_bytes, readable_bytes_);
+        pending_replies_.push_back({NotificationKind::rendezvous_declined, notification.value});
+      }
+      // Otherwise it was started (or is done): rendezvous_done answers it.
+      break;
+    }
+    case NotificationKind::end_of_stream:
+      eof_received_ = true;
+      eof_offset_ = notified_;
+      break;
+  }
+}
+
+// Counts the records the peer just announced: readable bytes, rendezvous
+// descriptors. Headers are only read here; the receiving thread reads payloads.
+void Stream::scan_locked() {
+  while (scanned_ < notified_ && !broken_) {
+    const RecordView record = read_record(ring_.bytes(), ring_geometry_, scanned_, notified_);
+    if (record.status != RecordStatus::complete) {
+      protocol_error_locked("bad record");
+      return;
+    }
+    if (record.header.type == RecordType::data) {
+      readable_bytes_ += record.header.payload_length;
+    } else if (record.header.type == RecordType::rendezvous) {
+      RendezvousDescriptor descriptor;
+      std::memcpy(&descriptor, record.payload, sizeof(descriptor));
+      rendezvous_in_.on_scanned(descriptor, record.offset);
+      readable_bytes_ += descriptor.length;
+    }
+    scanned_ = record.end();
+  }
+}
+
+bool Stream::send_queue_has_room_locked(uint32_t posts) const {
+  return posts_outstanding_ + posts <= transport_->send_queue_depth();
+}
+
+bool Stream::post_notification_locked(NotificationKind kind, uint32_t value) {
+  if (is_counted(kind)) window_->on_counted_sent();
+  ++posts_outstanding_;
+  const int error = transport_->post_write({}, RemoteRegion{0, 0},
+                                           encode_notification({kind, value}),
+                                           plain_cookie(PostKind::notification));
+  if (error < 0) {
+    --posts_outstanding_;
+    break_connection_locked(ECONNRESET);
+    return false;
+  }
+  return true;
+}
+
+// Our notifications that wait for a slot or a send-queue entry: slot returns
+// first (they are what lets the peer talk at all), then credit, then
+// rendezvous answers and cancels, then end-of-stream (after all data).
+void Stream::flush_notifications_locked() {
+  if (broken_ || !connected_) return;
+  if (const uint32_t slots = window_->slots_to_return(); slots > 0 && send_queue_has_room_locked(1)) {
+    if (!post_notification_locked(NotificationKind::slots_returned, slots)) return;
+    window_->on_slots_return_sent(slots);
+  }
+  // Once the peer has ended its direction, credit for it is of no use.
+  const uint64_t credit = eof_received_ ? 0 : receive_credit_.to_return();
+  if (credit > 0 && window_->can_send_counted() && send_queue_has_room_locked(1)) {
+    const uint64_t units = std::min<uint64_t>(credit / kRingUnit, kLargestNotificationValue);
+    if (!post_notification_locked(NotificationKind::credit, static_cast<uint32_t>(units))) return;
+    receive_credit_.on_returned(units * kRingUnit);
+  }
+  while (!pending_replies_.empty() && window_->can_send_counted() && send_queue_has_room_locked(1)) {
+    const Notification reply = pending_replies_.front();
+    pending_replies_.pop_front();
+    if (!post_notification_locked(reply.kind, reply.value)) return;
+  }
+  if (end_of_stream_pending_ && unnotified_ring_bytes_ == 0 && send_queue_has_room_locked(1)) {
+    window_->take_end_of_stream_slot();
+    end_of_stream_pending_ = false;
+    post_notification_locked(NotificationKind::end_of_stream, 0);
+  }
+}
+
+// Announces bytes written with MSG_MORE: before any wait, receive or poll.
+void Stream::flush_unnotified_locked() {
+  if (unnotified_ring_bytes_ == 0 || broken_ || !connected_ || !window_->can_send_counted() ||
+      !send_queue_has_room_locked(1))
+    return;
+  const auto units = static_cast<uint32_t>(unnotified_ring_bytes_ / kRingUnit);
+  if (!post_notification_locked(NotificationKind::data_arrived, units)) return;
+  unnotified_ring_bytes_ = 0;
+  unnotified_payload_ = 0;
+}
+
+void Stream::break_connection_locked(int pending_error) {
+  if (broken_) return;
+  broken_ = true;
+  if (pending_error != 0 && pending_error_ == 0) pending_error_ = pending_error;
+  // The peer must lose access to our ring and rendezvous buffers at once.
+  transport_->disconnect();
+  wake_.notify();
+  QPSOCK_LOG(debug, "stream broken (error %d)", pending_error);
+}
+
+void Stream::protocol_error_locked(const char* what) {
+  if (broken_) return;
+  QPSOCK_LOG(warn, "stream protocol error: %s; resetting the connection", what);
+  break_connection_locked(ECONNRESET);
+}
+
+}  // namespace qpsock::stream

@@ -1,0 +1,89 @@
+// RDMA reads of the front rendezvous, into the application's buffer or the
+// bounce buffer. While its reads are in flight the puller holds no lock;
+// pull_active_ keeps other receivers out until it has taken its bytes.
+#include <algorithm>
+#include <cerrno>
+
+#include "stream/stream.h"
+
+namespace qpsock::stream {
+
+namespace {
+
+// One read moves at most this much, so a huge pull still pipelines.
+constexpr uint64_t kLargestRead = uint64_t{1} << 30;
+// How long a broken stream waits for its reads' flushed completions.
+constexpr std::chrono::seconds kReadFlushLimit{1};
+
+}  // namespace
+
+int Stream::pull_direct(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
+                        ByteRange destination) {
+  // Registering can take a while: not under the state lock (the receive lock
+  // keeps the rendezvous ours).
+  state.unlock();
+  RegistrationLease lease;
+  const int registered = registrations_->acquire(destination.data, destination.length,
+                                                 MemoryAccess::local_only, lease);
+  state.lock();
+  if (registered < 0) return 1;
+  return run_pull(receive_lock, state, rendezvous,
+                  LocalSlice{destination.data, destination.length, lease.get()});
+}
+
+int Stream::pull_into_bounce(StateLock& receive_lock, StateLock& state,
+                             IncomingRendezvous& rendezvous, uint64_t length) {
+  BounceBuffer& bounce = rendezvous_in_.bounce();
+  state.unlock();
+  const int reserved = bounce.reserve(*transport_, length);
+  state.lock();
+  if (reserved < 0) return reserved;
+  const int pulled = run_pull(receive_lock, state, rendezvous, bounce.landing(length));
+  if (pulled == 0) bounce.on_pulled(length);
+  return pulled;
+}
+
+int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
+                     LocalSlice landing) {
+  if (broken_) return -ECONNRESET;
+  pull_active_ = true;
+  receive_lock.unlock();
+  const RendezvousDescriptor& source = rendezvous.descriptor;
+  const uint32_t most_reads = transport_->max_outstanding_reads();
+  uint64_t done = 0;
+  while (done < landing.length && !broken_) {
+    const int waited = wait_until(
+        state,
+        [&] { return reads_outstanding_ < most_reads && send_queue_has_room_locked(1); }, {});
+    if (waited < 0 || broken_) break;
+    const uint64_t length = std::min(landing.length - done, kLargestRead);
+    const LocalSlice piece{landing.address + done, length, landing.registration};
+    // Counted as requested before it lands: a cancel must not decline it now.
+    const RemoteRegion from{source.source_address + rendezvous.requested, source.remote_key};
+    rendezvous.requested += length;
+    ++posts_outstanding_;
+    ++reads_outstanding_;
+    if (transport_->post_read({&piece, 1}, from, plain_cookie(PostKind::read)) < 0) {
+      --posts_outstanding_;
+      --reads_outstanding_;
+      break_connection_locked(ECONNRESET);
+      break;
+    }
+    done += length;
+  }
+  // The reads write into memory we are about to hand out (or hand back):
+  // wait for every one, even on a broken stream, whose transport flushes
+  // them (bounded, in case its completion queue died with it).
+  wait_until(state, [&] { return reads_outstanding_ == 0; },
+             {.until_broken = false, .deadline = Clock::now() + kReadFlushLimit});
+  // Take the receive lock back (it comes before the state lock) while
+  // pull_active_ still keeps other receivers away from the rendezvous.
+  state.unlock();
+  receive_lock.lock();
+  state.lock();
+  pull_active_ = false;
+  wake_.notify();
+  return broken_ ? -ECONNRESET : 0;
+}
+
+}  // namespace qpsock::stream

@@ -1,0 +1,237 @@
+// Stream::receive: data records are copied out of our ring; rendezvous bytes
+// are pulled from the sender's buffer (stream_pull.cc). MSG_PEEK copies
+// without consuming.
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "stream/stream.h"
+
+namespace qpsock::stream {
+
+ssize_t Stream::receive(std::span<const iovec> buffers, int flags, bool blocking) {
+  if ((flags & MSG_DONTWAIT) != 0) blocking = false;
+  if ((flags & MSG_OOB) != 0) return -EINVAL;  // TCP without urgent data
+  const bool peeking = (flags & MSG_PEEK) != 0;
+  const bool wait_all = (flags & MSG_WAITALL) != 0 && blocking;
+  const size_t wanted = IovecCursor::total_length(buffers);
+  IovecCursor destination(buffers);
+  ssize_t delivered = 0;
+  for (;;) {
+    StateLock receive_lock(receive_mutex_);
+    StateLock state(state_mutex_);
+    if (!connected_) return -ENOTCONN;
+    if (wanted == 0) return 0;
+    flush_unnotified_locked();
+    progress_locked();
+    if (pull_active_) {
+      // Another receiver waits for its reads; its bytes come first.
+      receive_lock.unlock();
+      wait_until(state, [&] { return !pull_active_; }, {});
+      continue;
+    }
+    // What this pass looks at; the wait below is for anything beyond it (the
+    // copy runs unlocked, so notified_ may move on while we look).
+    const uint64_t examined = notified_;
+    ssize_t have = 0;
+    if (peeking) {
+      const ssize_t peeked = peek(receive_lock, state, buffers);
+      if (peeked < 0) return peeked;
+      have = peeked;
+    } else {
+      for (;;) {
+        const uint64_t head_before = read_offset_;
+        const ssize_t delivered_before = delivered;
+        delivered += static_cast<ssize_t>(deliver_ring_data(state, destination));
+        if (destination.done()) break;
+        const ssize_t pulled = deliver_rendezvous(receive_lock, state, destination);
+        if (pulled < 0) return delivered > 0 ? delivered : pulled;
+        delivered += pulled;
+        if (destination.done() || (read_offset_ == head_before && delivered == delivered_before))
+          break;
+      }
+      have = delivered;
+    }
+    if (static_cast<size_t>(have) == wanted || (have > 0 && !wait_all)) return have;
+    // Nothing more is here now.
+    if (at_end_of_stream_locked() || read_shutdown_) return have;
+    if (broken_) return have > 0 ? have : receive_error_locked();
+    if (!blocking) return have > 0 ? have : -EAGAIN;
+    receive_lock.unlock();
+    const int waited = wait_until(
+        state, [&] { return notified_ != examined || eof_received_ || read_shutdown_; },
+        {.interruptible = true});
+    if (waited < 0) return have > 0 ? have : waited;
+  }
+}
+
+int Stream::receive_error_locked() {
+  // Reported once, as TCP reports a reset; then the stream reads as ended.
+  return pending_error_ != 0 ? -std::exchange(pending_error_, 0) : 0;
+}
+
+bool Stream::at_end_of_stream_locked() const {
+  return eof_received_ && read_offset_ == eof_offset_;
+}
+
+size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
+  const uint64_t limit = notified_;
+  uint64_t offset = read_offset_;
+  uint64_t taken = head_taken_;
+  uint64_t payload_copied = 0;
+  uint64_t ring_consumed = 0;
+  uint8_t flags = 0;
+  bool corrupt = false;
+  // The records before `limit` cannot change under us: the peer writes there
+  // only after we return their credit, and only this receiver does.
+  state.unlock();
+  while (!destination.done()) {
+    const RecordView record = read_record(ring_.bytes(), ring_geometry_, offset, limit);
+    if (record.status == RecordStatus::corrupt) corrupt = true;
+    if (record.status != RecordStatus::complete || record.header.type == RecordType::rendezvous)
+      break;
+    if (record.header.type == RecordType::data) {
+      const uint64_t count = std::min<uint64_t>(destination.remaining(),
+                                                record.header.payload_length - taken);
+      destination.scatter(record.payload + taken, count);
+      taken += count;
+      payload_copied += count;
+      if (taken < record.header.payload_length) break;
+      flags |= record.header.flags;
+    }
+    ring_consumed += record.ring_bytes();
+    offset = record.end();
+    taken = 0;
+  }
+  state.lock();
+  read_offset_ = offset;
+  head_taken_ = taken;
+  readable_bytes_ -= std::min(payload_copied, readable_bytes_);
+  if (ring_consumed > 0) {
+    receive_credit_.on_consumed(ring_consumed, (flags & kRecordCreditWanted) != 0);
+    flush_notifications_locked();
+  }
+  // The stream is broken now; receive() reports it once nothing more is here.
+  if (corrupt) protocol_error_locked("bad record at the head");
+  return payload_copied;
+}
+
+void Stream::consume_record_locked(const RecordView& record) {
+  read_offset_ = record.end();
+  head_taken_ = 0;
+  receive_credit_.on_consumed(record.ring_bytes(), (record.header.flags & kRecordCreditWanted) != 0);
+}
+
+size_t Stream::take_from_bounce_locked(IncomingRendezvous& rendezvous, IovecCursor& destination) {
+  BounceBuffer& bounce = rendezvous_in_.bounce();
+  const size_t count = std::min(destination.remaining(), bounce.held_bytes());
+  destination.scatter(bounce.held(), count);
+  bounce.consume(count);
+  rendezvous.taken += count;
+  readable_bytes_ -= std::min<uint64_t>(count, readable_bytes_);
+  return count;
+}
+
+ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
+                                   IovecCursor& destination) {
+  const RecordView record = read_record(ring_.bytes(), ring_geometry_, read_offset_, notified_);
+  if (record.status != RecordStatus::complete || record.header.type != RecordType::rendezvous)
+    return 0;
+  IncomingRendezvous* rendezvous = rendezvous_in_.front();
+  if (rendezvous == nullptr || rendezvous->ring_offset != record.offset) {
+    protocol_error_locked("rendezvous record out of order");
+    return 0;
+  }
+  if (rendezvous->declined) {
+    // Cancelled by its sender before we began: its bytes are not in the stream.
+    consume_record_locked(record);
+    rendezvous_in_.pop_front();
+    flush_notifications_locked();
+    return 0;
+  }
+  size_t delivered = take_from_bounce_locked(*rendezvous, destination);
+  if (rendezvous->untaken() > 0 && !destination.done()) {
+    const ByteRange segment = destination.contiguous();
+    const uint64_t want = std::min<uint64_t>(destination.remaining(), rendezvous->untaken());
+    int result = 1;
+    if (segment.length >= settings_.direct_pull_minimum && want >= settings_.direct_pull_minimum) {
+      const ByteRange target{segment.data, std::min<uint64_t>(segment.length, want)};
+      result = pull_direct(receive_lock, state, *rendezvous, target);
+      if (result == 0) {
+        destination.advance(target.length);
+        rendezvous->taken += target.length;
+        readable_bytes_ -= std::min<uint64_t>(target.length, readable_bytes_);
+        delivered += target.length;
+      }
+    }
+    if (result == 1) {
+      const uint64_t pull = std::min<uint64_t>(rendezvous->unrequested(),
+                                               std::max<uint64_t>(want, settings_.bounce_size));
+      result = pull_into_bounce(receive_lock, state, *rendezvous, pull);
+      if (result == 0) delivered += take_from_bounce_locked(*rendezvous, destination);
+    }
+    // A broken stream is reported by receive() once nothing more is here.
+    if (result < 0 && (delivered > 0 || broken_)) return static_cast<ssize_t>(delivered);
+    if (result < 0) return result;
+  }
+  if (rendezvous->untaken() == 0) {
+    pending_replies_.push_back({NotificationKind::rendezvous_done, rendezvous->descriptor.id});
+    consume_record_locked(record);
+    rendezvous_in_.pop_front();
+    flush_notifications_locked();
+  }
+  return static_cast<ssize_t>(delivered);
+}
+
+ssize_t Stream::peek(StateLock& receive_lock, StateLock& state, std::span<const iovec> buffers) {
+  for (;;) {
+    IovecCursor view(buffers);
+    size_t copied = 0;
+    uint64_t offset = read_offset_;
+    uint64_t taken = head_taken_;
+    bool pulled = false;
+    while (!view.done()) {
+      const RecordView record = read_record(ring_.bytes(), ring_geometry_, offset, notified_);
+      if (record.status == RecordStatus::corrupt) {
+        protocol_error_locked("bad record");
+        return static_cast<ssize_t>(copied);
+      }
+      if (record.status != RecordStatus::complete) break;
+      if (record.header.type == RecordType::data) {
+        const uint64_t count =
+            std::min<uint64_t>(view.remaining(), record.header.payload_length - taken);
+        view.scatter(record.payload + taken, count);
+        copied += count;
+        if (taken + count < record.header.payload_length) break;
+      } else if (record.header.type == RecordType::rendezvous) {
+        IncomingRendezvous* rendezvous = rendezvous_in_.front();
+        // Only the front rendezvous has a bounce buffer: stop at any later one.
+        if (rendezvous == nullptr || rendezvous->ring_offset != record.offset) break;
+        if (!rendezvous->declined) {
+          BounceBuffer& bounce = rendezvous_in_.bounce();
+          const uint64_t want = std::min<uint64_t>(view.remaining(), rendezvous->untaken());
+          if (bounce.held_bytes() < want && rendezvous->unrequested() > 0) {
+            const uint64_t more = std::min<uint64_t>(
+                rendezvous->unrequested(),
+                std::max<uint64_t>(want - bounce.held_bytes(), settings_.bounce_size));
+            if (int error = pull_into_bounce(receive_lock, state, *rendezvous, more); error < 0)
+              return copied > 0 || broken_ ? static_cast<ssize_t>(copied) : error;
+            pulled = true;
+            break;  // the head may have moved meanwhile: look again from it
+          }
+          const size_t count = std::min<size_t>(want, bounce.held_bytes());
+          view.scatter(bounce.held(), count);
+          copied += count;
+          if (count < rendezvous->untaken()) break;
+        }
+      }
+      offset = record.end();
+      taken = 0;
+    }
+    if (!pulled) return static_cast<ssize_t>(copied);
+  }
+}
+
+}  // namespace qpsock::stream

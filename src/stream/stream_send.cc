@@ -1,0 +1,150 @@
+// Stream::send: eager steps (records copied into the peer's ring) and, for
+// large contiguous pieces of a blocking send, rendezvous (the peer pulls).
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "stream/stream.h"
+
+namespace qpsock::stream {
+
+ssize_t Stream::send(std::span<const iovec> data, int flags, bool blocking) {
+  if ((flags & MSG_DONTWAIT) != 0) blocking = false;
+  if ((flags & MSG_OOB) != 0) return -EOPNOTSUPP;
+  const bool more = (flags & MSG_MORE) != 0;
+  IovecCursor source(data);
+  ssize_t accepted = 0;
+  // Bytes of the current piece to copy even though it is large enough for a
+  // rendezvous (its registration failed).
+  uint64_t copy_anyway = 0;
+  for (;;) {
+    StateLock send_lock(send_mutex_);
+    StateLock state(state_mutex_);
+    if (!connected_) return -ENOTCONN;
+    if (int error = send_error_locked(accepted == 0); error < 0)
+      return accepted > 0 ? accepted : error;
+    if (source.done()) {
+      if (!more) flush_unnotified_locked();
+      return accepted;
+    }
+    progress_locked();
+    const uint64_t eager_bytes =
+        copy_anyway > 0 ? copy_anyway : bytes_before_rendezvous(source, blocking);
+    if (eager_bytes == 0) {
+      const ByteRange piece = source.contiguous();
+      send_lock.unlock();
+      state.unlock();
+      // Registering can take a while: no lock is held.
+      RegistrationLease lease;
+      if (registrations_->acquire(piece.data, piece.length, MemoryAccess::remote_read, lease) < 0) {
+        copy_anyway = piece.length;
+        continue;
+      }
+      state.lock();
+      const ssize_t sent = send_rendezvous(state, piece, lease);
+      if (sent < 0) return finish_send_locked(accepted, sent);
+      accepted += sent;
+      source.advance(static_cast<size_t>(sent));
+      continue;
+    }
+    if (!can_write_locked(kSmallestDataRecord)) {
+      if (!blocking) return accepted > 0 ? accepted : -EAGAIN;
+      send_lock.unlock();
+      const int waited = wait_until(
+          state, [&] { return can_write_locked(kSmallestDataRecord) || write_shutdown_; },
+          {.interruptible = true});
+      if (waited < 0) return finish_send_locked(accepted, waited);
+      continue;
+    }
+    const ssize_t copied = send_eager_step(state, source, eager_bytes, more);
+    if (copied < 0) return finish_send_locked(accepted, copied);
+    accepted += copied;
+    copy_anyway -= std::min<uint64_t>(copy_anyway, static_cast<uint64_t>(copied));
+  }
+}
+
+int Stream::send_error_locked(bool report) {
+  if (broken_) {
+    // The pending error (ECONNRESET) is reported once, by a call that
+    // returns it; a call returning a partial count leaves it for the next.
+    if (report && pending_error_ != 0) return -std::exchange(pending_error_, 0);
+    return -EPIPE;
+  }
+  return write_shutdown_ ? -EPIPE : 0;
+}
+
+ssize_t Stream::finish_send_locked(ssize_t accepted, ssize_t error) {
+  if (accepted > 0) return accepted;
+  if (broken_ && error == -EPIPE) return send_error_locked(true);
+  return error;
+}
+
+// Whether a record of `smallest_record` bytes can go now: ring room (after a
+// skipped or padded tail), two send-queue entries (padding and record), and a
+// slot for the notification that announces it.
+bool Stream::can_write_locked(uint64_t smallest_record) const {
+  if (!window_->can_send_counted() || !send_queue_has_room_locked(2)) return false;
+  const RecordPlacement placement =
+      place_record(eager_->geometry(), send_credit_->written(), smallest_record);
+  return send_credit_->room() >=
+         placement.skipped_bytes + placement.padding_bytes + smallest_record;
+}
+
+uint64_t Stream::bytes_before_rendezvous(const IovecCursor& source, bool blocking) const {
+  // Non-blocking sends never wait for a peer to pull: they copy.
+  if (!blocking) return source.remaining();
+  IovecCursor walk = source;
+  uint64_t before = 0;
+  while (!walk.done()) {
+    const ByteRange piece = walk.contiguous();
+    if (piece.length >= settings_.rendezvous_threshold) return before;
+    before += piece.length;
+    walk.advance(piece.length);
+  }
+  return before;
+}
+
+ssize_t Stream::send_eager_step(StateLock& state, IovecCursor& source, uint64_t most_bytes,
+                                bool more) {
+  WritePlan plan(send_credit_->written());
+  const WriteBudget budget{send_credit_->room(),
+                           transport_->send_queue_depth() - posts_outstanding_};
+  eager_->plan_data(source, most_bytes, budget, plan);
+  if (plan.empty()) return 0;
+  if (plan.out_of_room()) plan.back().header.flags |= kRecordCreditWanted;
+  // Reserve the ring space and queue entries while the lock is held.
+  send_credit_->on_written(plan.ring_bytes());
+  posts_outstanding_ += static_cast<uint32_t>(plan.size());
+  unsent_payload_ += plan.payload_bytes();
+  // MSG_MORE on the last piece defers the announcement (bounded by half a ring).
+  const uint64_t announce = unnotified_ring_bytes_ + plan.ring_bytes();
+  const bool defer = more && source.done() && announce < eager_->geometry().size() / 2;
+  std::optional<uint32_t> immediate;
+  if (!defer) {
+    window_->on_counted_sent();
+    immediate = encode_notification(
+        {NotificationKind::data_arrived, static_cast<uint32_t>(announce / kRingUnit)});
+    unnotified_ring_bytes_ = 0;
+    unnotified_payload_ = 0;
+  }
+  if (plan.needs_staging()) {
+    // The copy into staging is the long part; the send lock keeps the
+    // reserved space ours.
+    state.unlock();
+    eager_->stage(plan);
+    state.lock();
+  }
+  if (broken_) return -EPIPE;
+  if (eager_->post(plan, immediate) < 0) {
+    break_connection_locked(ECONNRESET);
+    return -EPIPE;
+  }
+  if (defer) {
+    // Only now may another thread's flush announce these bytes.
+    unnotified_ring_bytes_ += plan.ring_bytes();
+    unnotified_payload_ += plan.payload_bytes();
+  }
+  return static_cast<ssize_t>(plan.payload_bytes());
+}
+
+}  // namespace qpsock::stream

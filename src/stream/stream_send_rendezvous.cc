@@ -1,0 +1,83 @@
+// Stream::send_rendezvous: a large piece of a blocking send, pulled by the
+// peer straight from the application's buffer.
+#include <cerrno>
+
+#include "stream/stream.h"
+
+namespace qpsock::stream {
+
+ssize_t Stream::send_rendezvous(StateLock& state, ByteRange piece, const RegistrationLease& lease) {
+  const int64_t posted = post_rendezvous_descriptor(state, piece, lease);
+  if (posted < 0) return posted;
+  const auto id = static_cast<uint32_t>(posted);
+  // The buffer may be reused only once the peer has answered (or cannot read
+  // it any more: a broken stream has disconnected the transport).
+  bool cancel_asked = false;
+  for (;;) {
+    const RendezvousOutcome outcome = rendezvous_out_.outcome(id);
+    if (outcome != RendezvousOutcome::pending || broken_) {
+      rendezvous_out_.finish(id);
+      if (outcome == RendezvousOutcome::done) return static_cast<ssize_t>(piece.length);
+      if (outcome == RendezvousOutcome::declined) return -EINTR;
+      return -EPIPE;
+    }
+    const int waited = wait_until(
+        state, [&] { return rendezvous_out_.outcome(id) != RendezvousOutcome::pending; },
+        {.interruptible = !cancel_asked});
+    if (waited == -EINTR) {
+      // Interrupted: ask the peer to decline it if it has not begun pulling.
+      cancel_asked = true;
+      pending_replies_.push_back({NotificationKind::rendezvous_cancel, id});
+      flush_notifications_locked();
+    }
+  }
+}
+
+int64_t Stream::post_rendezvous_descriptor(StateLock& state, ByteRange piece,
+                                           const RegistrationLease& lease) {
+  for (;;) {
+    // The descriptor takes its place in the ring like any record: under the
+    // send lock, taken before the state lock.
+    state.unlock();
+    StateLock send_lock(send_mutex_);
+    state.lock();
+    if (int error = send_error_locked(false); error < 0) return error;
+    progress_locked();
+    if (can_write_locked(kRendezvousRecordSize)) {
+      WritePlan plan(send_credit_->written());
+      const WriteBudget budget{send_credit_->room(),
+                               transport_->send_queue_depth() - posts_outstanding_};
+      const RendezvousDescriptor descriptor = rendezvous_out_.start(piece.data, piece.length, lease);
+      if (eager_->plan_rendezvous(descriptor, budget, plan)) {
+        send_credit_->on_written(plan.ring_bytes());
+        posts_outstanding_ += static_cast<uint32_t>(plan.size());
+        window_->on_counted_sent();
+        const uint64_t announce = unnotified_ring_bytes_ + plan.ring_bytes();
+        unnotified_ring_bytes_ = 0;
+        unnotified_payload_ = 0;
+        if (plan.needs_staging()) {
+          state.unlock();
+          eager_->stage(plan);
+          state.lock();
+        }
+        if (!broken_ &&
+            eager_->post(plan, encode_notification({NotificationKind::data_arrived,
+                                                    static_cast<uint32_t>(announce / kRingUnit)})) < 0)
+          break_connection_locked(ECONNRESET);
+        if (broken_) {
+          rendezvous_out_.finish(descriptor.id);
+          return -EPIPE;
+        }
+        return descriptor.id;
+      }
+      rendezvous_out_.finish(descriptor.id);
+    }
+    send_lock.unlock();
+    const int waited = wait_until(
+        state, [&] { return can_write_locked(kRendezvousRecordSize) || write_shutdown_; },
+        {.interruptible = true});
+    if (waited < 0) return waited;
+  }
+}
+
+}  // namespace qpsock::stream

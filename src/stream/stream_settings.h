@@ -1,0 +1,29 @@
+// The stream engine's knobs, as plain values: the config subsystem (or a test)
+// fills them in.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace qpsock::stream {
+
+struct StreamSettings {
+  // Our receive ring (the peer's eager writes land here); a power of two.
+  uint64_t ring_size = uint64_t{1} << 20;
+  // Largest payload of one data record (also capped at a quarter of the peer's ring).
+  uint64_t eager_chunk = uint64_t{64} << 10;
+  // A blocking send moves a contiguous piece of at least this many bytes by
+  // rendezvous (zero-copy); smaller ones, and non-blocking sends, are copied.
+  uint64_t rendezvous_threshold = uint64_t{64} << 10;
+  // How long a blocking wait busy-polls before it sleeps in poll(2).
+  std::chrono::microseconds spin_time{20};
+  // A read of at least this many bytes of a rendezvous lands straight in the
+  // application's buffer; smaller reads go through the bounce buffer.
+  uint64_t direct_pull_minimum = uint64_t{16} << 10;
+  // How much a small read pulls into the bounce buffer at once.
+  uint64_t bounce_size = uint64_t{64} << 10;
+  // How long close() waits for its last writes to complete.
+  std::chrono::milliseconds close_flush_timeout{2000};
+};
+
+}  // namespace qpsock::stream

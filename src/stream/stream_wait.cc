@@ -1,0 +1,72 @@
+// Blocking waits: spin on the transport for spin_time, then arm it and sleep
+// in poll(2) on its wait handle, the stream's wake signal and the TCP control
+// fd. No lock is held while sleeping.
+#include <cerrno>
+#include <thread>
+
+#include "libc/next_symbols.h"
+#include "stream/stream.h"
+
+namespace qpsock::stream {
+
+namespace {
+
+int poll_timeout(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (!deadline) return -1;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+      *deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<int64_t>(left.count(), 0));
+}
+
+}  // namespace
+
+int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOptions& options) {
+  const auto& deadline = options.deadline;
+  auto done = [&] { return ready() || (broken_ && options.until_broken); };
+  auto spin_until = Clock::now() + settings_.spin_time;
+  for (;;) {
+    // Never sleep on bytes the peer has not been told about.
+    flush_unnotified_locked();
+    progress_locked();
+    if (done()) return 0;
+    const auto now = Clock::now();
+    if (deadline && now >= *deadline) return -ETIMEDOUT;
+    if (now < spin_until) {
+      state.unlock();
+      std::this_thread::yield();
+      state.lock();
+      continue;
+    }
+    if (int error = transport_->arm(); error < 0) {
+      // Without a wakeup we cannot sleep: the stream is broken.
+      break_connection_locked(ECONNRESET);
+      return broken_ && options.until_broken ? 0 : -ECONNRESET;
+    }
+    // A completion that raced the arm is seen here rather than slept on. If
+    // there was one, it may have spent the arm (its wakeup is consumed with
+    // it): look again and re-arm rather than sleep.
+    if (progress_locked()) continue;
+
+    pollfd fds[3] = {{transport_->wait_handle(), POLLIN, 0}, {wake_.fd(), POLLIN, 0}, {-1, 0, 0}};
+    nfds_t count = 2;
+    const bool watch_control = watching_control_;
+    if (watch_control) fds[count++] = {control_fd_, POLLIN, 0};
+    wake_.add_sleeper();
+    state.unlock();
+    const int polled = next::poll(fds, count, poll_timeout(deadline));
+    const int poll_error = polled < 0 ? errno : 0;
+    ControlVerdict verdict = ControlVerdict::keep_waiting;
+    if (watch_control && fds[2].revents != 0) verdict = control_handler_(fds[2].revents);
+    state.lock();
+    wake_.remove_sleeper();
+
+    if (verdict == ControlVerdict::stop_watching) watching_control_ = false;
+    if (verdict == ControlVerdict::connection_lost) break_connection_locked(ECONNRESET);
+    if (poll_error == EINTR && options.interruptible) return -EINTR;
+    // Anything else (one of our fds closed under us) would spin forever.
+    if (poll_error != 0 && poll_error != EINTR) break_connection_locked(ECONNRESET);
+    spin_until = Clock::now() + settings_.spin_time;
+  }
+}
+
+}  // namespace qpsock::stream

@@ -1,0 +1,194 @@
+// The stream engine under real concurrency (these run under ThreadSanitizer):
+// a writer and a reader thread moving hundreds of MiB, both directions at
+// once, one stream read and written by two threads while a third polls it.
+// Sizes are random from 1 B to 4 MiB (log-uniform, so small ones are common);
+// every byte is checked against a deterministic pattern.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "support/stream_test_support.h"
+
+namespace qpsock::stream {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::fill_pattern;
+using testing::first_mismatch;
+using testing::receive_bytes;
+using testing::send_bytes;
+using testing::Watchdog;
+
+constexpr size_t kLargestPiece = 4 << 20;
+
+// 1 B .. 4 MiB, log-uniform.
+size_t random_size(std::mt19937_64& random) {
+  std::uniform_real_distribution<double> exponent(0.0, std::log2(static_cast<double>(kLargestPiece)));
+  return std::max<size_t>(1, static_cast<size_t>(std::exp2(exponent(random))));
+}
+
+StreamSettings threaded_settings() {
+  StreamSettings settings;  // the defaults: 1 MiB ring, 64 KiB chunks and threshold
+  settings.spin_time = std::chrono::microseconds{20};
+  return settings;
+}
+
+struct Tally {
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;  // sum of bytes, each weighted by its offset's parity: order-sensitive
+  bool wrong = false;
+};
+
+void add_to_checksum(Tally& tally, std::span<const uint8_t> bytes) {
+  for (size_t index = 0; index < bytes.size(); ++index)
+    tally.checksum += bytes[index] * (((tally.bytes + index) & 1) + 1);
+  tally.bytes += bytes.size();
+}
+
+void write_stream(Stream& stream, uint64_t seed, uint64_t total, uint64_t random_seed, Tally& tally) {
+  std::mt19937_64 random(random_seed);
+  std::vector<uint8_t> buffer(kLargestPiece);
+  while (tally.bytes < total) {
+    const size_t size = std::min<uint64_t>(random_size(random), total - tally.bytes);
+    fill_pattern(seed, tally.bytes, {buffer.data(), size});
+    // MSG_MORE now and then: the next call must announce them.
+    const int flags = random() % 16 == 0 ? MSG_MORE : 0;
+    const ssize_t sent = send_bytes(stream, {buffer.data(), size}, flags);
+    if (sent != static_cast<ssize_t>(size)) {
+      ADD_FAILURE() << "send returned " << sent << " for " << size;
+      tally.wrong = true;
+      return;
+    }
+    add_to_checksum(tally, {buffer.data(), size});
+  }
+}
+
+void read_stream(Stream& stream, uint64_t seed, uint64_t total, uint64_t random_seed, Tally& tally) {
+  std::mt19937_64 random(random_seed);
+  std::vector<uint8_t> buffer(kLargestPiece);
+  while (tally.bytes < total) {
+    const size_t size = random_size(random);
+    const int flags = random() % 8 == 0 ? MSG_WAITALL : 0;
+    const size_t asked = flags == MSG_WAITALL ? std::min<uint64_t>(size, total - tally.bytes) : size;
+    const ssize_t got = receive_bytes(stream, {buffer.data(), asked}, flags);
+    if (got <= 0 || (flags == MSG_WAITALL && got != static_cast<ssize_t>(asked))) {
+      ADD_FAILURE() << "receive returned " << got << " for " << asked;
+      tally.wrong = true;
+      return;
+    }
+    if (first_mismatch(seed, tally.bytes, {buffer.data(), static_cast<size_t>(got)}) != -1) {
+      ADD_FAILURE() << "wrong bytes at " << tally.bytes;
+      tally.wrong = true;
+      return;
+    }
+    add_to_checksum(tally, {buffer.data(), static_cast<size_t>(got)});
+  }
+}
+
+TEST(StreamThreaded, AWriterAndAReaderMove256MiB) {
+  Watchdog watchdog(120s, "256 MiB transfer");
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair({}, threaded_settings(), threaded_settings(), pair), 0);
+  const uint64_t total = uint64_t{256} << 20;
+  Tally sent, received;
+  std::thread writer([&] { write_stream(*pair.first, 1, total, 2, sent); });
+  std::thread reader([&] { read_stream(*pair.second, 1, total, 3, received); });
+  writer.join();
+  reader.join();
+  EXPECT_FALSE(sent.wrong || received.wrong);
+  EXPECT_EQ(received.bytes, total);
+  EXPECT_EQ(received.checksum, sent.checksum);
+  EXPECT_GT(pair.second_transport->statistics().reads, 0u);  // rendezvous was exercised
+}
+
+TEST(StreamThreaded, BothDirectionsAtOnceWithFourThreads) {
+  Watchdog watchdog(120s, "bidirectional transfer");
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair({}, threaded_settings(), threaded_settings(), pair), 0);
+  const uint64_t total = uint64_t{96} << 20;
+  Tally sent_forward, received_forward, sent_back, received_back;
+  std::thread forward_writer([&] { write_stream(*pair.first, 4, total, 5, sent_forward); });
+  std::thread forward_reader([&] { read_stream(*pair.second, 4, total, 6, received_forward); });
+  std::thread back_writer([&] { write_stream(*pair.second, 7, total, 8, sent_back); });
+  std::thread back_reader([&] { read_stream(*pair.first, 7, total, 9, received_back); });
+  forward_writer.join();
+  forward_reader.join();
+  back_writer.join();
+  back_reader.join();
+  EXPECT_EQ(received_forward.checksum, sent_forward.checksum);
+  EXPECT_EQ(received_back.checksum, sent_back.checksum);
+  EXPECT_EQ(received_forward.bytes, total);
+  EXPECT_EQ(received_back.bytes, total);
+}
+
+TEST(StreamThreaded, OneThreadReadsWhileAnotherWritesTheSameStream) {
+  Watchdog watchdog(120s, "echo through one stream");
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair({}, threaded_settings(), threaded_settings(), pair), 0);
+  const uint64_t total = uint64_t{64} << 20;
+  Tally sent, echoed;
+  std::atomic<bool> done{false};
+  // The peer echoes whatever arrives.
+  std::thread echo([&] {
+    std::vector<uint8_t> buffer(1 << 20);
+    uint64_t moved = 0;
+    while (moved < total) {
+      const ssize_t got = receive_bytes(*pair.second, buffer);
+      if (got <= 0) return;
+      if (send_bytes(*pair.second, {buffer.data(), static_cast<size_t>(got)}) != got) return;
+      moved += got;
+    }
+  });
+  std::thread writer([&] { write_stream(*pair.first, 10, total, 11, sent); });
+  std::thread reader([&] { read_stream(*pair.first, 10, total, 12, echoed); });
+  // A fourth thread polls the stream the others are using, as epoll would.
+  std::thread poller([&] {
+    while (!done) {
+      pair.first->readiness();
+      pair.first->readable_bytes();
+      pair.first->unsent_bytes();
+      std::this_thread::sleep_for(100us);
+    }
+  });
+  writer.join();
+  reader.join();
+  done = true;
+  poller.join();
+  echo.join();
+  EXPECT_EQ(echoed.bytes, total);
+  EXPECT_EQ(echoed.checksum, sent.checksum);
+}
+
+TEST(StreamThreaded, TinyRingAndOneNotificationSlotUnderLoad) {
+  Watchdog watchdog(120s, "tiny resources");
+  LoopbackOptions options;
+  options.notification_capacity = 4;
+  options.send_queue_depth = 6;
+  options.max_outstanding_reads = 1;
+  options.max_inline = 0;
+  StreamSettings settings = testing::small_settings();
+  settings.spin_time = std::chrono::microseconds{0};
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair(options, settings, settings, pair), 0);
+  const uint64_t total = uint64_t{24} << 20;
+  Tally sent_forward, received_forward, sent_back, received_back;
+  std::thread forward_writer([&] { write_stream(*pair.first, 13, total, 14, sent_forward); });
+  std::thread forward_reader([&] { read_stream(*pair.second, 13, total, 15, received_forward); });
+  std::thread back_writer([&] { write_stream(*pair.second, 16, total, 17, sent_back); });
+  std::thread back_reader([&] { read_stream(*pair.first, 16, total, 18, received_back); });
+  forward_writer.join();
+  forward_reader.join();
+  back_writer.join();
+  back_reader.join();
+  EXPECT_EQ(received_forward.checksum, sent_forward.checksum);
+  EXPECT_EQ(received_back.checksum, sent_back.checksum);
+  EXPECT_FALSE(pair.first_transport->link_broken());
+}
+
+}  // namespace
+}  // namespace qpsock::stream

@@ -1,0 +1,273 @@
+// Receive semantics the socket layer relies on: MSG_PEEK, MSG_WAITALL,
+// end-of-stream after every byte, shutdown of either direction, readiness
+// flags as tcp_poll reports them, close with unread data, EINTR, and the
+// control channel hook.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/stream_test_support.h"
+
+namespace qpsock::stream {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::fill_pattern;
+using testing::first_mismatch;
+using testing::receive_bytes;
+using testing::send_bytes;
+using testing::small_settings;
+using testing::Watchdog;
+
+std::span<const uint8_t> text(const char* value) {
+  return {reinterpret_cast<const uint8_t*>(value), std::strlen(value)};
+}
+
+std::string as_text(const std::vector<uint8_t>& bytes, ssize_t count) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()), count > 0 ? count : 0);
+}
+
+void ignore_signal(int) {}
+
+// SIGUSR1 interrupts a blocking call (no SA_RESTART).
+void install_interrupting_handler() {
+  struct sigaction action {};
+  action.sa_handler = ignore_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+class StreamReceiveFlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(make_loopback_stream_pair({}, small_settings(), small_settings(), pair_), 0);
+  }
+  Stream& writer() { return *pair_.first; }
+  Stream& reader() { return *pair_.second; }
+
+  LoopbackStreamPair pair_;
+};
+
+TEST_F(StreamReceiveFlagsTest, PeekDoesNotConsumeAndCrossesRecords) {
+  ASSERT_EQ(send_bytes(writer(), text("hello"), 0, false), 5);
+  ASSERT_EQ(send_bytes(writer(), text("world"), 0, false), 5);
+  std::vector<uint8_t> buffer(64);
+  ASSERT_EQ(receive_bytes(reader(), buffer, MSG_PEEK, false), 10);
+  EXPECT_EQ(as_text(buffer, 10), "helloworld");
+  EXPECT_EQ(reader().readable_bytes(), 10u);
+  ASSERT_EQ(receive_bytes(reader(), {buffer.data(), 3}, 0, false), 3);
+  EXPECT_EQ(as_text(buffer, 3), "hel");
+  // From the middle of a record, over the next one.
+  ASSERT_EQ(receive_bytes(reader(), {buffer.data(), 5}, MSG_PEEK, false), 5);
+  EXPECT_EQ(as_text(buffer, 5), "lowor");
+  ASSERT_EQ(receive_bytes(reader(), buffer, 0, false), 7);
+  EXPECT_EQ(as_text(buffer, 7), "loworld");
+  EXPECT_EQ(receive_bytes(reader(), buffer, MSG_PEEK, false), -EAGAIN);
+}
+
+TEST_F(StreamReceiveFlagsTest, PeekWithWaitAllWaitsForEnoughBytes) {
+  Watchdog watchdog(30s);
+  std::thread sender([&] {
+    for (int piece = 0; piece < 4; ++piece) {
+      std::this_thread::sleep_for(5ms);
+      ASSERT_EQ(send_bytes(writer(), text("abcd")), 4);
+    }
+  });
+  std::vector<uint8_t> buffer(16);
+  ASSERT_EQ(receive_bytes(reader(), buffer, MSG_PEEK | MSG_WAITALL), 16);
+  EXPECT_EQ(as_text(buffer, 16), "abcdabcdabcdabcd");
+  sender.join();
+  EXPECT_EQ(reader().readable_bytes(), 16u);
+}
+
+TEST_F(StreamReceiveFlagsTest, WaitAllCollectsManyWrites) {
+  Watchdog watchdog(30s);
+  const size_t total = 200 << 10;
+  std::vector<uint8_t> data(total);
+  fill_pattern(1, 0, data);
+  std::thread sender([&] {
+    for (size_t sent = 0; sent < total; sent += 10000) {
+      std::this_thread::sleep_for(1ms);
+      const size_t size = std::min<size_t>(10000, total - sent);
+      ASSERT_EQ(send_bytes(writer(), {data.data() + sent, size}), static_cast<ssize_t>(size));
+    }
+  });
+  std::vector<uint8_t> in(total);
+  ASSERT_EQ(receive_bytes(reader(), in, MSG_WAITALL), static_cast<ssize_t>(total));
+  sender.join();
+  EXPECT_EQ(first_mismatch(1, 0, in), -1);
+}
+
+TEST_F(StreamReceiveFlagsTest, WithoutWaitAllABlockingReadReturnsWhatIsThere) {
+  ASSERT_EQ(send_bytes(writer(), text("abc"), 0, false), 3);
+  std::vector<uint8_t> buffer(100);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 3);
+}
+
+TEST_F(StreamReceiveFlagsTest, EndOfStreamComesAfterEveryByte) {
+  ASSERT_EQ(send_bytes(writer(), text("one"), 0, false), 3);
+  ASSERT_EQ(send_bytes(writer(), text("two"), 0, false), 3);
+  ASSERT_EQ(writer().shutdown_write(), 0);
+  EXPECT_EQ(send_bytes(writer(), text("late"), 0, false), -EPIPE);
+  EXPECT_NE(reader().readiness() & POLLRDHUP, 0);
+  std::vector<uint8_t> buffer(100);
+  ASSERT_EQ(receive_bytes(reader(), buffer, MSG_WAITALL), 6);
+  EXPECT_EQ(as_text(buffer, 6), "onetwo");
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+  EXPECT_EQ(receive_bytes(reader(), buffer, 0, false), 0);
+  // The other direction still works.
+  ASSERT_EQ(send_bytes(reader(), text("back"), 0, false), 4);
+  EXPECT_EQ(receive_bytes(writer(), buffer, 0, false), 4);
+}
+
+TEST_F(StreamReceiveFlagsTest, AReaderBlockedForDataSeesEndOfStream) {
+  Watchdog watchdog(30s);
+  std::thread closer([&] {
+    std::this_thread::sleep_for(20ms);
+    ASSERT_EQ(writer().shutdown_write(), 0);
+  });
+  std::vector<uint8_t> buffer(10);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+  closer.join();
+}
+
+TEST_F(StreamReceiveFlagsTest, ShutdownReadEndsReadsAndWakesABlockedReader) {
+  Watchdog watchdog(30s);
+  ASSERT_EQ(send_bytes(writer(), text("queued"), 0, false), 6);
+  ASSERT_EQ(reader().shutdown_read(), 0);
+  std::vector<uint8_t> buffer(100);
+  // Queued data is still read, then EOF instead of waiting.
+  EXPECT_EQ(receive_bytes(reader(), buffer), 6);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+
+  std::thread shutter([&] {
+    std::this_thread::sleep_for(20ms);
+    writer().shutdown_read();
+  });
+  EXPECT_EQ(receive_bytes(writer(), buffer), 0);
+  shutter.join();
+}
+
+TEST_F(StreamReceiveFlagsTest, ReadinessFollowsTcpPoll) {
+  EXPECT_EQ(writer().readiness(), POLLOUT | POLLWRNORM);
+  ASSERT_EQ(send_bytes(writer(), text("x"), 0, false), 1);
+  EXPECT_EQ(reader().readiness(), POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM);
+  ASSERT_EQ(writer().shutdown_write(), 0);
+  EXPECT_EQ(reader().readiness(), POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM);
+  EXPECT_EQ(writer().readiness(), POLLOUT | POLLWRNORM);
+  ASSERT_EQ(reader().shutdown_write(), 0);
+  EXPECT_EQ(reader().readiness(), POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM | POLLHUP);
+  EXPECT_EQ(writer().readiness(), POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM | POLLHUP);
+}
+
+TEST_F(StreamReceiveFlagsTest, CloseFlushesAndReportsUnreadBytes) {
+  ASSERT_EQ(send_bytes(reader(), text("unread!"), 0, false), 7);
+  ASSERT_EQ(send_bytes(writer(), text("last words"), MSG_MORE, false), 10);
+  const CloseResult closed = writer().close();
+  EXPECT_EQ(closed.unread_bytes, 7u);
+  EXPECT_EQ(closed.error, 0);
+  // The peer still reads everything sent before the close, then EOF.
+  std::vector<uint8_t> buffer(100);
+  ASSERT_EQ(receive_bytes(reader(), buffer), 10);
+  EXPECT_EQ(as_text(buffer, 10), "last words");
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+  // Writing to a closed peer fails like TCP: a reset, then a broken pipe.
+  const ssize_t first = send_bytes(reader(), text("anyone?"), 0, false);
+  EXPECT_TRUE(first == -ECONNRESET || first == -EPIPE) << first;
+  EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), -EPIPE);
+  EXPECT_EQ(send_bytes(writer(), text("after close"), 0, false), -EPIPE);
+}
+
+TEST_F(StreamReceiveFlagsTest, ABlockedReceiveReturnsEintrOnASignal) {
+  install_interrupting_handler();
+  Watchdog watchdog(30s);
+  std::atomic<ssize_t> result{1};
+  std::thread receiver([&] {
+    std::vector<uint8_t> buffer(10);
+    result = receive_bytes(reader(), buffer);
+  });
+  const pthread_t handle = receiver.native_handle();
+  // The signal may land while the receiver spins rather than sleeps: repeat.
+  while (result == 1) {
+    pthread_kill(handle, SIGUSR1);
+    std::this_thread::sleep_for(2ms);
+  }
+  receiver.join();
+  EXPECT_EQ(result, -EINTR);
+}
+
+TEST_F(StreamReceiveFlagsTest, AControlEventCanBreakTheStream) {
+  int control[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
+  std::atomic<int> events{0};
+  reader().set_control_channel(control[0], [&](short revents) {
+    events += 1;
+    return (revents & POLLIN) != 0 ? ControlVerdict::connection_lost : ControlVerdict::keep_waiting;
+  });
+  Watchdog watchdog(30s);
+  std::thread peer_dies([&] {
+    std::this_thread::sleep_for(20ms);
+    ASSERT_EQ(::write(control[1], "x", 1), 1);
+  });
+  std::vector<uint8_t> buffer(10);
+  EXPECT_EQ(receive_bytes(reader(), buffer), -ECONNRESET);
+  peer_dies.join();
+  EXPECT_GE(events.load(), 1);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+  EXPECT_EQ(send_bytes(reader(), text("x")), -EPIPE);
+  ::close(control[0]);
+  ::close(control[1]);
+}
+
+TEST_F(StreamReceiveFlagsTest, AStopWatchingVerdictKeepsTheStreamAlive) {
+  int control[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
+  ::close(control[1]);  // readable (EOF) forever
+  std::atomic<int> events{0};
+  reader().set_control_channel(control[0], [&](short) {
+    events += 1;
+    return ControlVerdict::stop_watching;
+  });
+  Watchdog watchdog(30s);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(30ms);
+    ASSERT_EQ(send_bytes(writer(), text("fine")), 4);
+  });
+  std::vector<uint8_t> buffer(10);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 4);
+  sender.join();
+  EXPECT_EQ(events.load(), 1);
+  ::close(control[0]);
+}
+
+TEST_F(StreamReceiveFlagsTest, ZeroLengthCallsReturnZero) {
+  EXPECT_EQ(writer().send({}, 0, true), 0);
+  EXPECT_EQ(reader().receive({}, 0, true), 0);
+}
+
+TEST_F(StreamReceiveFlagsTest, AbortWakesEveryWaiter) {
+  Watchdog watchdog(30s);
+  std::atomic<ssize_t> received{1};
+  std::thread receiver([&] {
+    std::vector<uint8_t> buffer(10);
+    received = receive_bytes(reader(), buffer);
+  });
+  std::this_thread::sleep_for(20ms);
+  reader().abort();
+  receiver.join();
+  EXPECT_EQ(received, 0);
+  EXPECT_EQ(send_bytes(reader(), text("x")), -EPIPE);
+}
+
+}  // namespace
+}  // namespace qpsock::stream

@@ -1,0 +1,208 @@
+// Rendezvous: large blocking writes pulled by the receiver from the sender's
+// buffer, read in small pieces or into a larger buffer, peeked, mixed with
+// copied bytes in one writev, cancelled by a signal, or copied when the
+// buffer cannot be registered.
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "support/stream_test_support.h"
+
+namespace qpsock::stream {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::fill_pattern;
+using testing::first_mismatch;
+using testing::receive_bytes;
+using testing::send_bytes;
+using testing::small_settings;
+using testing::Watchdog;
+
+void ignore_signal(int) {}
+
+void install_interrupting_handler() {
+  struct sigaction action {};
+  action.sa_handler = ignore_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;
+  sigaction(SIGUSR1, &action, nullptr);
+}
+
+class StreamRendezvousTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(make_loopback_stream_pair({}, small_settings(), small_settings(), pair_), 0);
+  }
+  Stream& writer() { return *pair_.first; }
+  Stream& reader() { return *pair_.second; }
+  LoopbackStatistics pulls() { return pair_.second_transport->statistics(); }
+
+  LoopbackStreamPair pair_;
+};
+
+TEST_F(StreamRendezvousTest, TheReaderTakesItInSmallPiecesAndTheWriterWaitsForAll) {
+  Watchdog watchdog(60s);
+  const size_t total = 1 << 20;
+  std::vector<uint8_t> data(total);
+  fill_pattern(1, 0, data);
+  std::atomic<bool> returned{false};
+  std::thread sender([&] {
+    EXPECT_EQ(send_bytes(writer(), data), static_cast<ssize_t>(total));
+    returned = true;
+  });
+  std::vector<uint8_t> piece(1000);
+  size_t received = 0;
+  while (received < total) {
+    const ssize_t got = receive_bytes(reader(), piece);
+    ASSERT_GT(got, 0);
+    ASSERT_EQ(first_mismatch(1, received, {piece.data(), static_cast<size_t>(got)}), -1);
+    received += got;
+    // The writer's buffer is in use until the last byte is taken.
+    if (received < total) {
+      ASSERT_FALSE(returned) << "at " << received;
+    }
+  }
+  sender.join();
+  EXPECT_TRUE(returned);
+  EXPECT_EQ(pulls().bytes_read, total);
+}
+
+TEST_F(StreamRendezvousTest, AReaderBufferLargerThanTheWriteAlsoGetsWhatFollows) {
+  Watchdog watchdog(60s);
+  std::vector<uint8_t> data((200 << 10) + 100);
+  fill_pattern(2, 0, data);
+  std::thread sender([&] {
+    EXPECT_EQ(send_bytes(writer(), {data.data(), 200 << 10}), 200 << 10);
+    EXPECT_EQ(send_bytes(writer(), {data.data() + (200 << 10), 100}), 100);
+  });
+  std::vector<uint8_t> in(1 << 20);
+  size_t received = 0;
+  while (received < data.size()) {
+    const ssize_t got = receive_bytes(reader(), {in.data() + received, in.size() - received});
+    ASSERT_GT(got, 0);
+    received += got;
+  }
+  sender.join();
+  EXPECT_EQ(received, data.size());
+  EXPECT_EQ(first_mismatch(2, 0, {in.data(), received}), -1);
+  // A big read lands straight in the application's buffer: one read.
+  EXPECT_LE(pulls().reads, 2u);
+}
+
+TEST_F(StreamRendezvousTest, PeekSeesRendezvousBytesWithoutTakingThem) {
+  Watchdog watchdog(60s);
+  std::vector<uint8_t> data(100 << 10);
+  fill_pattern(3, 0, data);
+  std::atomic<bool> returned{false};
+  std::thread sender([&] {
+    EXPECT_EQ(send_bytes(writer(), data), static_cast<ssize_t>(data.size()));
+    returned = true;
+  });
+  while (reader().readable_bytes() < data.size()) std::this_thread::sleep_for(1ms);
+  std::vector<uint8_t> peeked(70 << 10);
+  ASSERT_EQ(receive_bytes(reader(), peeked, MSG_PEEK), static_cast<ssize_t>(peeked.size()));
+  EXPECT_EQ(first_mismatch(3, 0, peeked), -1);
+  EXPECT_EQ(reader().readable_bytes(), data.size());
+  EXPECT_FALSE(returned);
+  std::vector<uint8_t> in(data.size());
+  ASSERT_EQ(receive_bytes(reader(), in, MSG_WAITALL), static_cast<ssize_t>(data.size()));
+  sender.join();
+  EXPECT_EQ(first_mismatch(3, 0, in), -1);
+}
+
+TEST_F(StreamRendezvousTest, AWritevMixesCopiedAndPulledPieces) {
+  Watchdog watchdog(60s);
+  std::vector<uint8_t> data(10 + (100 << 10) + 7 + (200 << 10));
+  fill_pattern(4, 0, data);
+  uint8_t* at = data.data();
+  const iovec pieces[] = {{at, 10},
+                          {at + 10, 100 << 10},
+                          {at + 10 + (100 << 10), 7},
+                          {at + 17 + (100 << 10), 200 << 10}};
+  std::thread sender([&] { EXPECT_EQ(writer().send(pieces, 0, true), static_cast<ssize_t>(data.size())); });
+  std::vector<uint8_t> in(data.size());
+  ASSERT_EQ(receive_bytes(reader(), in, MSG_WAITALL), static_cast<ssize_t>(data.size()));
+  sender.join();
+  EXPECT_EQ(in, data);
+  EXPECT_EQ(pulls().bytes_read, (300u << 10));
+}
+
+TEST_F(StreamRendezvousTest, AnInterruptedWriteIsDeclinedIfNotStarted) {
+  install_interrupting_handler();
+  Watchdog watchdog(60s);
+  std::vector<uint8_t> data(1 << 20, 5);
+  std::atomic<ssize_t> result{1};
+  std::thread sender([&] { result = send_bytes(writer(), data); });
+  while (reader().readable_bytes() < data.size()) std::this_thread::sleep_for(1ms);
+  while (result == 1) {
+    pthread_kill(sender.native_handle(), SIGUSR1);
+    reader().readable_bytes();  // the receiver answers the cancel when it progresses
+    std::this_thread::sleep_for(2ms);
+  }
+  sender.join();
+  EXPECT_EQ(result, -EINTR);
+  EXPECT_EQ(reader().readable_bytes(), 0u);
+  EXPECT_EQ(pulls().reads, 0u);
+  // The stream goes on: the declined bytes are simply not in it.
+  ASSERT_EQ(send_bytes(writer(), std::vector<uint8_t>(10, 6)), 10);
+  std::vector<uint8_t> in(100);
+  ASSERT_EQ(receive_bytes(reader(), in), 10);
+  EXPECT_EQ(in[0], 6);
+}
+
+TEST_F(StreamRendezvousTest, AnInterruptedWriteFinishesIfTheReaderBegan) {
+  install_interrupting_handler();
+  Watchdog watchdog(60s);
+  std::vector<uint8_t> data(1 << 20);
+  fill_pattern(5, 0, data);
+  std::atomic<ssize_t> result{1};
+  std::thread sender([&] { result = send_bytes(writer(), data); });
+  std::vector<uint8_t> in(data.size());
+  ASSERT_EQ(receive_bytes(reader(), {in.data(), 100}), 100);
+  for (int signals = 0; signals < 20; ++signals) {
+    pthread_kill(sender.native_handle(), SIGUSR1);
+    reader().readable_bytes();
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(result, 1);  // still waiting: the reader must finish it
+  ASSERT_EQ(receive_bytes(reader(), {in.data() + 100, in.size() - 100}, MSG_WAITALL),
+            static_cast<ssize_t>(in.size() - 100));
+  sender.join();
+  EXPECT_EQ(result, static_cast<ssize_t>(data.size()));
+  EXPECT_EQ(first_mismatch(5, 0, in), -1);
+}
+
+// A registration cache that has nothing to give.
+class FailingProvider final : public RegistrationProvider {
+ public:
+  int acquire(void*, size_t, MemoryAccess, RegistrationLease&) override { return -ENOMEM; }
+};
+
+TEST(StreamRendezvousFallback, AWriteWhoseBufferCannotBeRegisteredIsCopied) {
+  std::unique_ptr<LoopbackTransport> first_transport, second_transport;
+  ASSERT_EQ(LoopbackTransport::make_pair({}, first_transport, second_transport), 0);
+  std::unique_ptr<Stream> writer, reader;
+  auto* reader_transport = second_transport.get();
+  ASSERT_EQ(Stream::create(std::move(first_transport), small_settings(),
+                           std::make_shared<FailingProvider>(), writer),
+            0);
+  ASSERT_EQ(Stream::create(std::move(second_transport), small_settings(), nullptr, reader), 0);
+  ASSERT_EQ(connect_streams(*writer, *reader), 0);
+  Watchdog watchdog(60s);
+  std::vector<uint8_t> data(1 << 20);
+  fill_pattern(6, 0, data);
+  std::thread sender([&] { EXPECT_EQ(send_bytes(*writer, data), static_cast<ssize_t>(data.size())); });
+  std::vector<uint8_t> in(data.size());
+  ASSERT_EQ(receive_bytes(*reader, in, MSG_WAITALL), static_cast<ssize_t>(data.size()));
+  sender.join();
+  EXPECT_EQ(first_mismatch(6, 0, in), -1);
+  EXPECT_EQ(reader_transport->statistics().reads, 0u);
+}
+
+}  // namespace
+}  // namespace qpsock::stream
