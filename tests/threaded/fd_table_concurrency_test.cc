@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <string>
 
 #include <atomic>
 #include <csignal>
@@ -65,6 +69,22 @@ TEST(FdTableConcurrency, ReadersSeeWholeRecordsWhileWritersChurn) {
 
 void ignore_signal(int) {}
 
+// True once thread `tid` of this process sleeps in system call `number`
+// (/proc/self/task/TID/syscall starts with the number); false after 10 s.
+bool wait_until_in_syscall(pid_t tid, long number) {
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/syscall";
+  for (int attempt = 0; attempt < 10000; ++attempt) {
+    if (FILE* file = std::fopen(path.c_str(), "r")) {
+      long current = -1;
+      const int scanned = std::fscanf(file, "%ld", &current);
+      std::fclose(file);
+      if (scanned == 1 && current == number) return true;
+    }
+    usleep(1000);
+  }
+  return false;
+}
+
 // The JVM's close idiom: another thread dup2s a placeholder over a socket that
 // a reader is blocked on, then signals the reader.
 TEST(FdTableConcurrency, Dup2OverASocketWithABlockedReader) {
@@ -80,27 +100,32 @@ TEST(FdTableConcurrency, Dup2OverASocketWithABlockedReader) {
     // on something real instead: a socketpair end dup2'd onto the tracked fd.
     ASSERT_EQ(sockets::dup2(pair[0], fd), fd);
     FdTable::process_table().track_new(fd, SocketKind::tcp, AF_INET);
-    std::atomic<bool> reading{false};
+    std::atomic<pid_t> reader_tid{0};
     std::atomic<int> read_errno{0};
-    ssize_t read_result = 0;
+    std::atomic<ssize_t> read_result{0};
+    std::atomic<bool> returned{false};
     std::thread reader([&] {
       char byte;
-      reading = true;
+      reader_tid = gettid();
+      errno = 0;
       read_result = sockets::read(fd, &byte, 1);
       read_errno = errno;
+      returned = true;
     });
-    while (!reading) std::this_thread::yield();
-    usleep(2000);
+    // The idiom only matters for a reader already asleep in the kernel: wait
+    // until the thread is really inside read(2) (a fixed sleep is not enough
+    // under ThreadSanitizer).
+    while (reader_tid == 0) std::this_thread::yield();
+    ASSERT_TRUE(wait_until_in_syscall(reader_tid, SYS_read));
     int placeholder[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, placeholder), 0);
     ::close(placeholder[1]);
     ASSERT_EQ(sockets::dup2(placeholder[0], fd), fd);
     EXPECT_FALSE(FdTable::process_table().lookup(fd).tracked());
     // Keep signalling until the reader is out (the signal may land before it blocks).
-    while (true) {
+    while (!returned) {
       pthread_kill(reader.native_handle(), SIGUSR1);
       usleep(1000);
-      if (read_errno.load() != 0 || read_result != 0) break;
     }
     reader.join();
     EXPECT_EQ(read_result, -1);

@@ -94,7 +94,7 @@ TEST(StreamThreaded, AWriterAndAReaderMove256MiB) {
   Watchdog watchdog(120s, "256 MiB transfer");
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair({}, threaded_settings(), threaded_settings(), pair), 0);
-  const uint64_t total = uint64_t{256} << 20;
+  const uint64_t total = testing::volume(uint64_t{256} << 20);
   Tally sent, received;
   std::thread writer([&] { write_stream(*pair.first, 1, total, 2, sent); });
   std::thread reader([&] { read_stream(*pair.second, 1, total, 3, received); });
@@ -110,7 +110,7 @@ TEST(StreamThreaded, BothDirectionsAtOnceWithFourThreads) {
   Watchdog watchdog(120s, "bidirectional transfer");
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair({}, threaded_settings(), threaded_settings(), pair), 0);
-  const uint64_t total = uint64_t{96} << 20;
+  const uint64_t total = testing::volume(uint64_t{96} << 20);
   Tally sent_forward, received_forward, sent_back, received_back;
   std::thread forward_writer([&] { write_stream(*pair.first, 4, total, 5, sent_forward); });
   std::thread forward_reader([&] { read_stream(*pair.second, 4, total, 6, received_forward); });
@@ -130,7 +130,7 @@ TEST(StreamThreaded, OneThreadReadsWhileAnotherWritesTheSameStream) {
   Watchdog watchdog(120s, "echo through one stream");
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair({}, threaded_settings(), threaded_settings(), pair), 0);
-  const uint64_t total = uint64_t{64} << 20;
+  const uint64_t total = testing::volume(uint64_t{64} << 20);
   Tally sent, echoed;
   std::atomic<bool> done{false};
   // The peer echoes whatever arrives.
@@ -175,7 +175,7 @@ TEST(StreamThreaded, TinyRingAndOneNotificationSlotUnderLoad) {
   settings.spin_time = std::chrono::microseconds{0};
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair(options, settings, settings, pair), 0);
-  const uint64_t total = uint64_t{24} << 20;
+  const uint64_t total = testing::volume(uint64_t{24} << 20);
   Tally sent_forward, received_forward, sent_back, received_back;
   std::thread forward_writer([&] { write_stream(*pair.first, 13, total, 14, sent_forward); });
   std::thread forward_reader([&] { read_stream(*pair.second, 13, total, 15, received_forward); });
