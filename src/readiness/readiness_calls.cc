@@ -1,25 +1,40 @@
 #include "readiness/readiness_calls.h"
 
 #include "libc/next_symbols.h"
+#include "readiness/upgraded_poll.h"
 #include "sockets/fd_table.h"
 
 namespace qpsock::readiness {
 
 int poll(pollfd* fds, nfds_t count, int timeout_milliseconds) {
+  timespec timeout{timeout_milliseconds / 1000, (timeout_milliseconds % 1000) * 1000000L};
+  int result = 0;
+  if (poll_upgraded(fds, count, timeout_milliseconds < 0 ? nullptr : &timeout, nullptr, result))
+    return result;
   return next::poll(fds, count, timeout_milliseconds);
 }
 
 int ppoll(pollfd* fds, nfds_t count, const timespec* timeout, const sigset_t* mask) {
+  int result = 0;
+  if (poll_upgraded(fds, count, timeout, mask, result)) return result;
   return next::ppoll(fds, count, timeout, mask);
 }
 
 int select(int count, fd_set* read_set, fd_set* write_set, fd_set* error_set,
            timeval* timeout) {
+  timespec converted{};
+  if (timeout != nullptr) converted = {timeout->tv_sec, timeout->tv_usec * 1000L};
+  int result = 0;
+  if (select_upgraded(count, read_set, write_set, error_set, timeout ? &converted : nullptr, nullptr,
+                      result))
+    return result;
   return next::select(count, read_set, write_set, error_set, timeout);
 }
 
 int pselect(int count, fd_set* read_set, fd_set* write_set, fd_set* error_set,
             const timespec* timeout, const sigset_t* mask) {
+  int result = 0;
+  if (select_upgraded(count, read_set, write_set, error_set, timeout, mask, result)) return result;
   return next::pselect(count, read_set, write_set, error_set, timeout, mask);
 }
 
@@ -36,6 +51,7 @@ int epoll_create1(int flags) {
 }
 
 int epoll_ctl(int epoll_fd, int operation, int fd, epoll_event* event) {
+  if (operation != EPOLL_CTL_DEL) decline_upgrade_for_epoll(fd);
   return next::epoll_ctl(epoll_fd, operation, fd, event);
 }
 

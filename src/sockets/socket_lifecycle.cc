@@ -1,11 +1,14 @@
 #include "sockets/socket_lifecycle.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <netinet/in.h>
 
 #include "sockets/connection_policy.h"
 #include "sockets/fd_table.h"
 #include "libc/next_symbols.h"
+#include "upgrade/connection_registry.h"
+#include "upgrade/socket_upgrade.h"
 
 namespace qpsock::sockets {
 namespace {
@@ -18,7 +21,8 @@ int record_accepted(int listener_fd, int accepted) {
     FdRecord listener = table().lookup(listener_fd);
     if (listener.tracked()) {
       table().track_new(accepted, listener.kind, listener.family);
-      decide_for_connection(accepted, config::Role::server);
+      if (decide_for_connection(accepted, config::Role::server).action == config::Action::offload)
+        upgrade::offer_server_upgrade(accepted);
     } else {
       table().forget(accepted);
     }
@@ -72,12 +76,17 @@ int accept4(int fd, sockaddr* address, socklen_t* length, int flags) {
 }
 
 int connect(int fd, const sockaddr* address, socklen_t length) {
-  int result = next::connect(fd, address, length);
-  // A non-blocking connect in progress has its peer already: decide now.
-  if ((result == 0 || errno == EINPROGRESS) && address != nullptr &&
-      table().lookup(fd).tracked()) {
-    decide_for_connection(fd, config::Role::client, address);
+  // Decided before the SYN goes out: an upgradable client's side-channel
+  // listener must exist before the server can first do I/O.
+  bool offered = false;
+  if (address != nullptr && (address->sa_family == AF_INET || address->sa_family == AF_INET6) &&
+      table().lookup(fd).tracked() && upgrade::find_connection(fd) == nullptr &&
+      decide_for_connection(fd, config::Role::client, address).action == config::Action::offload) {
+    upgrade::offer_client_upgrade(fd);
+    offered = true;
   }
+  int result = next::connect(fd, address, length);
+  if (offered && result != 0 && errno != EINPROGRESS) upgrade::withdraw_upgrade(fd);
   return result;
 }
 
@@ -85,26 +94,39 @@ int close(int fd) {
   // Forget first: until the kernel closes the fd no other socket can take its
   // number, so the record can never be cleared from under a new socket.
   table().forget(fd);
+  upgrade::connection_closing(fd);
   return next::close(fd);
 }
 
-int shutdown(int fd, int how) { return next::shutdown(fd, how); }
+int shutdown(int fd, int how) {
+  if (auto connection = upgrade::connection_for_io(fd)) return connection->shutdown(fd, how);
+  return next::shutdown(fd, how);
+}
 
 int dup(int fd) {
   int duplicate = next::dup(fd);
-  if (duplicate >= 0) table().copy(fd, duplicate);
+  if (duplicate >= 0) {
+    table().copy(fd, duplicate);
+    upgrade::copy_connection(fd, duplicate);
+  }
   return duplicate;
 }
 
 int dup2(int old_fd, int new_fd) {
   int result = next::dup2(old_fd, new_fd);
-  if (result >= 0 && old_fd != new_fd) table().copy(old_fd, new_fd);
+  if (result >= 0 && old_fd != new_fd) {
+    table().copy(old_fd, new_fd);
+    upgrade::copy_connection(old_fd, new_fd);
+  }
   return result;
 }
 
 int dup3(int old_fd, int new_fd, int flags) {
   int result = next::dup3(old_fd, new_fd, flags);
-  if (result >= 0) table().copy(old_fd, new_fd);
+  if (result >= 0) {
+    table().copy(old_fd, new_fd);
+    upgrade::copy_connection(old_fd, new_fd);
+  }
   return result;
 }
 
@@ -112,11 +134,20 @@ int fcntl(int fd, int command, long argument) {
   int result = next::fcntl(fd, command, argument);
   if (result >= 0 && (command == F_DUPFD || command == F_DUPFD_CLOEXEC)) {
     table().copy(fd, result);
+    upgrade::copy_connection(fd, result);
   }
   return result;
 }
 
 int ioctl(int fd, unsigned long request, void* argument) {
+  if (request == FIONREAD && argument != nullptr) {
+    if (auto connection = upgrade::connection_for_io(fd)) {
+      const int error = connection->readable_bytes(fd, *static_cast<int*>(argument));
+      if (error == 0) return 0;
+      errno = -error;
+      return -1;
+    }
+  }
   return next::ioctl(fd, request, argument);
 }
 

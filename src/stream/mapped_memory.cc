@@ -25,17 +25,37 @@ MappedMemory& MappedMemory::operator=(MappedMemory&& other) noexcept {
   return *this;
 }
 
+namespace {
+
+size_t page_rounded(size_t length) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (length + page - 1) / page * page;
+}
+
+}  // namespace
+
 int MappedMemory::map(size_t length) {
   release();
   if (length == 0) return -EINVAL;
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t rounded = (length + page - 1) / page * page;
-  void* mapping = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                         -1, 0);
+  return adopt(::mmap(nullptr, page_rounded(length), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+               length);
+}
+
+int MappedMemory::map_shared(int fd, size_t offset, size_t length, bool writable) {
+  release();
+  if (length == 0) return -EINVAL;
+  const int protection = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+  return adopt(::mmap(nullptr, page_rounded(length), protection, MAP_SHARED, fd,
+                      static_cast<off_t>(offset)),
+               length);
+}
+
+int MappedMemory::adopt(void* mapping, size_t length) {
   if (mapping == MAP_FAILED) return -errno;
   data_ = static_cast<std::byte*>(mapping);
   size_ = length;
-  mapped_length_ = rounded;
+  mapped_length_ = page_rounded(length);
   return 0;
 }
 

@@ -1,6 +1,8 @@
-// Page-aligned anonymous memory owned by one object (rings, staging and bounce
-// buffers): page alignment keeps registrations tight and nothing else shares
-// the pages, so a registration never pins an unrelated allocation.
+// Page-aligned memory owned by one object (rings, staging and bounce buffers):
+// page alignment keeps registrations tight and nothing else shares the pages,
+// so a registration never pins an unrelated allocation. Anonymous private
+// memory, or a shared mapping of a file (the shm transport's memfd, so the
+// peer process sees the same pages).
 #pragma once
 
 #include <cstddef>
@@ -19,6 +21,10 @@ class MappedMemory {
 
   // Maps `length` zeroed bytes (rounded up to pages); 0 or -errno.
   int map(size_t length);
+  // Maps `length` bytes of `fd` from `offset` (a multiple of the page size),
+  // MAP_SHARED, read-write or read-only; 0 or -errno. The fd may be closed
+  // afterwards: the mapping keeps the file alive.
+  int map_shared(int fd, size_t offset, size_t length, bool writable = true);
 
   std::byte* data() const { return data_; }
   size_t size() const { return size_; }
@@ -27,6 +33,7 @@ class MappedMemory {
 
  private:
   void release();
+  int adopt(void* mapping, size_t length);
 
   std::byte* data_ = nullptr;
   size_t size_ = 0;

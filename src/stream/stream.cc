@@ -34,7 +34,9 @@ int Stream::create(std::unique_ptr<Transport> transport, const StreamSettings& s
     return -EINVAL;
   auto created = std::make_unique<Stream>(ConstructionKey{}, std::move(transport), settings,
                                          std::move(registrations));
-  if (int error = created->ring_.map(settings.ring_size); error < 0) return error;
+  if (int error = created->transport_->map_receive_ring(settings.ring_size, created->ring_);
+      error < 0)
+    return error;
   if (int error = created->transport_->register_memory(created->ring_.data(), created->ring_.size(),
                                                        MemoryAccess::remote_write,
                                                        created->ring_registration_);
@@ -97,6 +99,19 @@ size_t Stream::unsent_bytes() {
   if (!connected_) return 0;
   progress_locked();
   return unsent_payload_ + unnotified_payload_ + rendezvous_out_.bytes_in_flight();
+}
+
+bool Stream::arm_for_readiness() {
+  std::lock_guard state(state_mutex_);
+  if (!connected_ || broken_) return true;
+  flush_unnotified_locked();
+  if (progress_locked()) return true;
+  if (transport_->arm() < 0) {
+    break_connection_locked(ECONNRESET);
+    return true;
+  }
+  // A completion that raced the arm may have spent it: look instead of sleeping.
+  return progress_locked();
 }
 
 short Stream::readiness() {

@@ -106,6 +106,11 @@ class Stream {
   // SO_ERROR: the pending error (positive errno), cleared.
   int take_error();
 
+  // For the readiness layer (poll/select over upgraded sockets): arms the
+  // transport's wait handle so that the next completion makes it readable.
+  // True if something happened meanwhile: look at readiness() again instead
+  // of sleeping.
+  bool arm_for_readiness();
   // For the readiness layer: the fds a waiter for this stream polls.
   int transport_wait_handle() const { return transport_->wait_handle(); }
   int wake_handle() const { return wake_.fd(); }

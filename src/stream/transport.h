@@ -15,6 +15,8 @@
 #include <optional>
 #include <span>
 
+#include "stream/mapped_memory.h"
+
 namespace qpsock::stream {
 
 // What the *peer* may do with a registered region (the local side may always
@@ -97,6 +99,13 @@ inline constexpr uint32_t kMinimumSlicesPerPost = 4;
 class Transport {
  public:
   virtual ~Transport() = default;
+
+  // Maps the memory of our receive ring, which the engine then registers
+  // remote_write (the one optional hook; most transports keep the default:
+  // anonymous private memory). The shm transport returns memory shared with
+  // the peer process, so the peer's eager write is a memcpy, not a syscall.
+  // 0 or -errno.
+  virtual int map_receive_ring(size_t length, MappedMemory& ring) { return ring.map(length); }
 
   // Registers [address, address + length) for `access`.
   virtual int register_memory(void* address, size_t length, MemoryAccess access,

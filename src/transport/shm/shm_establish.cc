@@ -1,0 +1,173 @@
+// ShmTransport::establish: the exchange on the side channel and the checks
+// that decide whether shm can carry this connection.
+#include <string.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/errno_guard.h"
+#include "common/log.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/shm/side_channel.h"
+
+namespace qpsock::transport::shm {
+namespace {
+
+constexpr uint64_t kHelloMagic = 0x3169686d'68737071;  // "qpshmhi1"
+constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kLargestSlices = 64;
+
+// The first message each side sends; its arena memfd and eventfd ride with
+// it when status is 0.
+struct Hello {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t role;           // ShmRole
+  int32_t pid;             // as the sender sees itself (for logs)
+  int32_t status;          // 0, or the -errno its local setup failed with
+  uint64_t arena_size;
+  uint64_t probe_address;  // where the sender's probe word is, in its address space
+  uint64_t reserved;
+};
+static_assert(sizeof(Hello) == 48, "the size establish() documents");
+
+// The second: whether the sender could read the other's memory.
+using Verdict = int32_t;
+
+bool options_valid(const ShmOptions& options) {
+  return options.ring_size > 0 && options.ring_size <= kLargestRingCapacity &&
+         options.notification_capacity > 0 &&
+         options.notification_capacity <= kLargestNotificationCapacity &&
+         options.send_queue_depth >= 4 && options.max_outstanding_reads >= 1 &&
+         options.max_slices >= stream::kMinimumSlicesPerPost &&
+         options.max_slices <= kLargestSlices && options.setup_timeout.count() > 0;
+}
+
+// The one warning line of a failed setup.
+void explain_failure(pid_t peer, const char* step, int error) {
+  if (error == -EPERM)
+    QPSOCK_LOG(warn,
+               "shm transport unavailable with pid %d: %s: the kernel forbids reading the "
+               "peer's memory (process_vm_readv: EPERM; Yama ptrace_scope=%d, a second peer "
+               "process under scope 1, another user or a non-dumpable process)",
+               peer, step, yama_ptrace_scope());
+  else
+    QPSOCK_LOG(warn, "shm transport unavailable with pid %d: %s: %s", peer, step,
+               strerrordesc_np(-error));
+}
+
+// Sends ours, then receives theirs (as long, with up to fds_in.size() fds);
+// 0 or -errno, explained.
+int trade(int socket, const void* ours, void* theirs, size_t length, std::span<const int> fds_out,
+          std::span<UniqueFd> fds_in, size_t& fds_received, Deadline deadline, pid_t peer,
+          const char* what) {
+  int error = send_message(socket, ours, length, fds_out, deadline);
+  if (error == 0) error = receive_message(socket, theirs, length, fds_in, fds_received, deadline);
+  if (error < 0) explain_failure(peer, what, error);
+  return error;
+}
+
+}  // namespace
+
+int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
+                            const ShmOptions& options, std::unique_ptr<ShmTransport>& out) {
+  ErrnoGuard errno_guard;
+  auto transport = std::make_unique<ShmTransport>(ConstructionKey{}, options);
+  if (side_channel_fd < 0 || peer_pid <= 0 || !options_valid(options) ||
+      (role != ShmRole::initiator && role != ShmRole::responder)) {
+    explain_failure(peer_pid, "bad arguments", -EINVAL);
+    return -EINVAL;
+  }
+  const Deadline deadline = std::chrono::steady_clock::now() + options.setup_timeout;
+
+  const int local_status = transport->set_up_local(peer_pid);
+  Hello ours{kHelloMagic, kProtocolVersion, static_cast<uint32_t>(role), ::getpid(), local_status,
+             0, 0, 0};
+  int ours_fds[2] = {-1, -1};
+  if (local_status == 0) {
+    ours.arena_size = transport->local_->layout().size;
+    ours.probe_address = reinterpret_cast<uintptr_t>(&transport->local_->control().probe_word);
+    ours_fds[0] = transport->local_->fd();
+    ours_fds[1] = transport->wakeup_.event_fd();
+  }
+  Hello theirs{};
+  UniqueFd their_fds[2];
+  size_t fds_received = 0;
+  if (int error = trade(side_channel_fd, &ours, &theirs, sizeof(ours),
+                        {ours_fds, local_status == 0 ? 2u : 0u}, their_fds, fds_received, deadline,
+                        peer_pid, "the hellos");
+      error < 0)
+    return error;
+  if (local_status < 0) {
+    explain_failure(peer_pid, "setting up our side", local_status);
+    return local_status;
+  }
+  if (theirs.magic != kHelloMagic || theirs.version != kProtocolVersion) {
+    explain_failure(peer_pid, "the peer's hello", -EPROTO);
+    return -EPROTO;
+  }
+  if (theirs.status != 0) {
+    explain_failure(peer_pid, "the peer could not set up its side", -ECONNREFUSED);
+    return -ECONNREFUSED;
+  }
+
+  // Both sides are set up: each now says whether it can use the other's.
+  Verdict verdict = 0;
+  if (theirs.role == ours.role || fds_received != 2) verdict = -EPROTO;
+  else
+    verdict = transport->attach_peer(std::move(their_fds[0]), std::move(their_fds[1]),
+                                     theirs.arena_size, theirs.probe_address);
+  Verdict their_verdict = 0;
+  size_t no_fds = 0;
+  if (int error = trade(side_channel_fd, &verdict, &their_verdict, sizeof(verdict), {}, {}, no_fds,
+                        deadline, peer_pid, "the verdicts");
+      error < 0)
+    return error;
+  if (verdict < 0) {
+    explain_failure(peer_pid, "attaching to the peer", verdict);
+    return verdict;
+  }
+  if (their_verdict < 0) {
+    explain_failure(peer_pid, "the peer cannot use our memory", -ECONNREFUSED);
+    return -ECONNREFUSED;
+  }
+  out = std::move(transport);
+  return 0;
+}
+
+int ShmTransport::set_up_local(pid_t peer_pid) {
+  page_ = process_page();
+  epoch_ = current_epoch();
+  if (page_ == nullptr || epoch_ == 0) return -ENOMEM;
+  if (int error = grant_.acquire(peer_pid, page_, epoch_); error < 0) return error;
+  if (int error = peer_.open(peer_pid); error < 0) return error;
+  if (int error = wakeup_.open(peer_.pidfd()); error < 0) return error;
+  std::unique_ptr<LocalArena> arena;
+  if (int error = LocalArena::create(
+          ArenaLayout::make(options_.notification_capacity, options_.ring_size), arena);
+      error < 0)
+    return error;
+  local_ = std::move(arena);
+  publisher_ = std::make_shared<RegistrationPublisher>(local_, page_, epoch_);
+  inbox_ = ImmediateReceiver(&local_->inbox(), local_->inbox_slots(), local_->layout(),
+                             &local_->control().inbox_head);
+  return 0;
+}
+
+int ShmTransport::attach_peer(UniqueFd arena_fd, UniqueFd event_fd, uint64_t arena_size,
+                              uint64_t probe_address) {
+  if (!arena_fd.valid() || !event_fd.valid()) return -EPROTO;
+  if (int error = PeerArena::map(arena_fd.get(), peer_arena_); error < 0) return error;
+  if (peer_arena_->layout().size != arena_size) return -EPROTO;
+  peer_event_fd_ = std::move(event_fd);
+  outbox_ = ImmediateSender(&peer_arena_->inbox(), peer_arena_->inbox_slots(),
+                            peer_arena_->layout(), &peer_arena_->control().inbox_head);
+  // The probe: the word we see in its memfd must be at the address it gave,
+  // in the process the pid (checked by the pidfd) names.
+  uint64_t word = 0;
+  const iovec into{&word, sizeof(word)};
+  if (int error = peer_.read({&into, 1}, probe_address, sizeof(word)); error < 0) return error;
+  return word == peer_arena_->control().probe_word ? 0 : -EPROTO;
+}
+
+}  // namespace qpsock::transport::shm

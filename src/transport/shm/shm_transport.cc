@@ -1,0 +1,270 @@
+// ShmTransport's data path: registrations, posts (done at post time), polls,
+// arming and breaking the link. Setup is in shm_establish.cc.
+#include "transport/shm/shm_transport.h"
+
+#include <time.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "common/errno_guard.h"
+#include "common/log.h"
+
+namespace qpsock::transport::shm {
+
+using stream::Completion;
+using stream::CompletionKind;
+using stream::LocalSlice;
+using stream::MemoryAccess;
+using stream::MemoryRegistration;
+using stream::RemoteRegion;
+
+namespace {
+
+// Stands for a QP flushed or torn down under the poster.
+constexpr int kFlushedStatus = -ECONNRESET;
+// A forked child's copy of a transport refuses every post and poll.
+constexpr int kForkedStatus = -EPIPE;
+
+class ShmRegistration final : public MemoryRegistration {
+ public:
+  ShmRegistration(std::shared_ptr<RegistrationPublisher> publisher, std::byte* address,
+                  size_t length, uint32_t key, MemoryAccess access)
+      : MemoryRegistration(address, length, key, key, access), publisher_(std::move(publisher)) {}
+  ~ShmRegistration() override {
+    if (publisher_ != nullptr) publisher_->revoke(remote_key());
+  }
+
+ private:
+  std::shared_ptr<RegistrationPublisher> publisher_;  // null for local_only
+};
+
+size_t total_length(std::span<const LocalSlice> slices) {
+  size_t total = 0;
+  for (const LocalSlice& slice : slices) total += slice.length;
+  return total;
+}
+
+int64_t coarse_now() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(ConstructionKey, const ShmOptions& options)
+    : options_(options), completions_(options.send_queue_depth) {}
+
+ShmTransport::~ShmTransport() {
+  // A forked child only drops its own copies of the mappings and fds.
+  if (page_ != nullptr && in_owner_process()) {
+    ErrnoGuard errno_guard;
+    break_link();
+  }
+}
+
+int ShmTransport::map_receive_ring(size_t length, stream::MappedMemory& ring) {
+  if (!in_owner_process()) return kForkedStatus;
+  ErrnoGuard errno_guard;
+  return local_->map_ring(length, ring);
+}
+
+int ShmTransport::register_memory(void* address, size_t length, MemoryAccess access,
+                                  std::unique_ptr<MemoryRegistration>& registration) {
+  if (address == nullptr || length == 0) return -EINVAL;
+  auto* begin = static_cast<std::byte*>(address);
+  if (access == MemoryAccess::local_only) {
+    // Our own memory is ours to touch: nothing to publish.
+    registration = std::make_unique<ShmRegistration>(nullptr, begin, length, 0, access);
+    return 0;
+  }
+  const uint64_t arena_offset = local_->ring_offset_of(address, length);
+  // The peer writes only into the shared ring (see the header).
+  if (access == MemoryAccess::remote_write && arena_offset == kNotInArena) return -EINVAL;
+  const auto published = access == MemoryAccess::remote_write ? PublishedAccess::remote_write
+                                                              : PublishedAccess::remote_read;
+  const int64_t key = publisher_->publish(address, length, published, arena_offset);
+  if (key < 0) return static_cast<int>(key);
+  registration = std::make_unique<ShmRegistration>(publisher_, begin, length,
+                                                   static_cast<uint32_t>(key), access);
+  return 0;
+}
+
+int ShmTransport::post_write(std::span<const LocalSlice> source, RemoteRegion destination,
+                             std::optional<uint32_t> immediate, uint64_t cookie) {
+  return post(CompletionKind::write_done, source.size(), cookie,
+              [&] { return deliver_write(source, destination, immediate); });
+}
+
+int ShmTransport::post_read(std::span<const LocalSlice> destination, RemoteRegion source,
+                            uint64_t cookie) {
+  return post(CompletionKind::read_done, destination.size(), cookie,
+              [&] { return deliver_read(destination, source); });
+}
+
+int ShmTransport::post(CompletionKind kind, size_t slice_count, uint64_t cookie,
+                       stream::FunctionRef<int()> deliver) {
+  if (!in_owner_process()) return kForkedStatus;
+  if (slice_count > options_.max_slices) return -EINVAL;
+  if (completions_.full()) return -ENOMEM;
+  ErrnoGuard errno_guard;
+  int status = kFlushedStatus;
+  if (!link_failed(false)) {
+    status = deliver();
+    if (status < 0) break_link();
+  }
+  complete({kind, status, cookie, 0});
+  return 0;
+}
+
+int ShmTransport::deliver_write(std::span<const LocalSlice> source, RemoteRegion destination,
+                                std::optional<uint32_t> immediate) {
+  const size_t length = total_length(source);
+  if (length > 0) {
+    ResolvedRegion region;
+    if (resolve_registration(peer_arena_->registrations(), destination, length,
+                             PublishedAccess::remote_write, region) < 0 ||
+        !peer_arena_->ring_contains(region.arena_offset, length))
+      return -EFAULT;
+    std::byte* into = peer_arena_->at(region.arena_offset);
+    for (const LocalSlice& slice : source) {
+      if (slice.length == 0) continue;
+      std::memcpy(into, slice.address, slice.length);
+      into += slice.length;
+    }
+  }
+  if (!immediate) return 0;
+  // One more than the peer can hold is an RNR: the link breaks.
+  if (!outbox_.push(*immediate)) return -EIO;
+  wake_if_armed(peer_arena_->inbox().waiter, peer_event_fd_.get());
+  return 0;
+}
+
+int ShmTransport::deliver_read(std::span<const LocalSlice> destination, RemoteRegion source) {
+  const size_t length = total_length(destination);
+  if (length == 0) return -EFAULT;
+  std::array<iovec, 64> pieces;
+  size_t count = 0;
+  for (const LocalSlice& slice : destination) {
+    if (slice.length == 0) continue;
+    if (slice.registration == nullptr || !slice.registration->covers(slice.address, slice.length))
+      return -EFAULT;
+    pieces[count++] = {slice.address, slice.length};
+  }
+  ResolvedRegion region;
+  if (resolve_registration(peer_arena_->registrations(), source, length,
+                           PublishedAccess::remote_read, region) < 0)
+    return -EFAULT;
+  if (region.arena_offset != kNotInArena) {
+    if (!peer_arena_->ring_contains(region.arena_offset, length)) return -EFAULT;
+    const std::byte* from = peer_arena_->at(region.arena_offset);
+    for (size_t index = 0; index < count; ++index) {
+      std::memcpy(pieces[index].iov_base, from, pieces[index].iov_len);
+      from += pieces[index].iov_len;
+    }
+    return 0;
+  }
+  if (int error = peer_.read({pieces.data(), count}, region.remote_address, length); error < 0) {
+    QPSOCK_LOG(debug, "shm: process_vm_readv of pid %d failed: %d", peer_.pid(), error);
+    return error == -ESRCH ? kFlushedStatus : -EFAULT;
+  }
+  // Deregistered while we read: what we got may not be what was published.
+  return still_published(peer_arena_->registrations(), source.key) ? 0 : -EFAULT;
+}
+
+void ShmTransport::complete(const Completion& completion) {
+  completions_.push(completion);
+  // Another of our threads may sleep armed on the wait handle for it.
+  wake_if_armed(local_->inbox().waiter, wakeup_.event_fd());
+}
+
+int ShmTransport::poll(std::span<Completion> completions) {
+  if (!in_owner_process()) return kForkedStatus;
+  ErrnoGuard errno_guard;
+  // Drain the wakeup before looking, so a wakeup for work we do not see
+  // here stays pending for the sleep that follows.
+  const WaiterState waiter = wakeup_.consume(local_->inbox().waiter);
+  size_t count = completions_.pop_into(completions);
+  while (count < completions.size() && !failure_reported_) {
+    uint32_t immediate;
+    const int popped = inbox_.pop(immediate);
+    if (popped < 0) break_link();  // the peer overran its limit
+    if (popped <= 0) break;
+    completions[count++] = {CompletionKind::arrived, 0, 0, immediate};
+  }
+  if (count < completions.size() && !failure_reported_ &&
+      link_failed(count == 0 && peer_death_due(waiter))) {
+    // As an RC QP flushes its receives: one error tells us the link is gone.
+    completions[count++] = {CompletionKind::arrived, kFlushedStatus, 0, 0};
+    failure_reported_ = true;
+  }
+  return static_cast<int>(count);
+}
+
+bool ShmTransport::peer_death_due(WaiterState waiter) {
+  // After a sleep (the pidfd may be what woke us), and on the busy path once
+  // per tick of the coarse clock: a pidfd check is a system call.
+  if (waiter != WaiterState::idle) return true;
+  const int64_t now = coarse_now();
+  if (now == death_checked_at_) return false;
+  death_checked_at_ = now;
+  return true;
+}
+
+bool ShmTransport::link_failed(bool look_for_death) {
+  if (broken_) return true;
+  if (peer_arena_->control().closed.load(std::memory_order_acquire) != 0 ||
+      (look_for_death && peer_.exited())) {
+    ErrnoGuard errno_guard;
+    QPSOCK_LOG(debug, "shm: peer pid %d disconnected or exited", peer_.pid());
+    break_link();
+    return true;
+  }
+  return false;
+}
+
+bool ShmTransport::work_pending() const {
+  if (!completions_.empty() || inbox_.pending()) return true;
+  if (failure_reported_) return false;
+  return broken_ || peer_arena_->control().closed.load(std::memory_order_acquire) != 0;
+}
+
+int ShmTransport::arm() {
+  if (!in_owner_process()) return kForkedStatus;
+  ErrnoGuard errno_guard;
+  std::atomic<uint32_t>& waiter = local_->inbox().waiter;
+  wakeup_.arm(waiter);
+  // Something already there: make the wait handle readable at once. (The
+  // peer's death needs nothing: its pidfd is in the wait handle.)
+  if (work_pending()) wake_if_armed(waiter, wakeup_.event_fd());
+  return 0;
+}
+
+void ShmTransport::disconnect() {
+  if (!in_owner_process()) return;
+  ErrnoGuard errno_guard;
+  break_link();
+}
+
+size_t ShmTransport::max_inline() const { return std::numeric_limits<size_t>::max(); }
+
+void ShmTransport::break_link() {
+  if (broken_ || local_ == nullptr) return;  // (or setup never got this far)
+  broken_ = true;
+  publisher_->revoke_all();
+  local_->control().closed.store(1, std::memory_order_release);
+  // Tell the peer, then let go of its memory.
+  if (peer_arena_ != nullptr) wake_if_armed(peer_arena_->inbox().waiter, peer_event_fd_.get());
+  peer_arena_.reset();
+  peer_event_fd_.reset();
+  // The death (if that is what this was) is known now: a dead peer's pidfd
+  // would keep the wait handle readable for good.
+  wakeup_.forget_peer(peer_.pidfd());
+  // Another of our threads may sleep armed: it must see the error.
+  wake_if_armed(local_->inbox().waiter, wakeup_.event_fd());
+}
+
+}  // namespace qpsock::transport::shm

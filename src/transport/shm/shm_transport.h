@@ -1,0 +1,198 @@
+// The same-host transport: stream::Transport between two processes on one
+// host, over memory only the two of them share. What the upgrade layer calls
+// is ShmTransport::establish(); then Stream::create(transport, ...) runs the
+// engine over it unchanged.
+//
+// How it maps the RC queue-pair model (docs/stream-engine.md, "shm transport"):
+// - Each endpoint creates an *arena* (arena_layout.h): a sealed memfd holding
+//   its control block and registration table, its inbox of immediates, and
+//   its receive ring. The two exchange arenas and eventfds over the side
+//   channel (SCM_RIGHTS) and map each other's. No name in /dev/shm; the memory
+//   goes when both have unmapped it (closed, destroyed, or died).
+// - post_write is a memcpy into the peer's ring (the engine maps its ring
+//   through map_receive_ring, so it lies in our arena) and, with an
+//   immediate, a push into the peer's inbox and a release store: no system
+//   call unless the peer sleeps armed. max_inline() is unlimited, so every
+//   eager write is one copy straight from the application's buffer.
+// - post_read of a peer's remote_read registration outside its arena (a
+//   rendezvous source: the application's own buffer) is one process_vm_readv
+//   straight into the destination slices.
+// - Every remote access is checked against the registration table the peer
+//   published (key, access, bounds); deregistration revokes at once. A
+//   violation, an immediate beyond the peer's notification capacity (RDMA's
+//   RNR), a disconnect or the death of either side breaks the link: later
+//   posts complete with errors and each side's poll returns one error
+//   completion. Posts and reads finish at post time; their completions are
+//   queued until polled.
+// - remote_write registrations must lie in the ring map_receive_ring gave:
+//   the peer only ever writes into the shared memfd, never (by
+//   process_vm_writev) into private memory that a racing deregistration
+//   could hand back to the allocator.
+// - The wait handle is an epoll set of our eventfd and a pidfd on the peer,
+//   so a sleeper wakes on a completion and on the peer's death; the peer's
+//   pid is never used without its pidfd confirming it is still the peer
+//   (pid reuse).
+//
+// fork: the arenas are MAP_SHARED, so a forked child shares them with its
+// parent. A child must not touch them: every call of a transport inherited
+// across fork (detected with one load of a MADV_WIPEONFORK page, see
+// process_page.h) fails (-EPIPE from poll and posts, -ECONNRESET from
+// register_memory) and its destructor only drops its own mappings and fds,
+// so the child can neither corrupt nor close the parent's connection. The
+// child's copy is unusable (a stream over it breaks at its first call; bytes
+// the parent had announced before the fork may still be readable in the
+// shared ring, but the parent owns them). We do not use MADV_DONTFORK: the
+// child's RAII owners would then munmap address ranges that its own later
+// mappings may occupy. The mappings a child inherits keep the memory alive
+// until it exits or closes the inherited socket.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "stream/function_ref.h"
+#include "stream/transport.h"
+#include "transport/shm/completion_queue.h"
+#include "transport/shm/immediate_queue.h"
+#include "transport/shm/local_arena.h"
+#include "transport/shm/peer_arena.h"
+#include "transport/shm/peer_process.h"
+#include "transport/shm/process_page.h"
+#include "transport/shm/ptracer_grant.h"
+#include "transport/shm/registration_table.h"
+#include "transport/shm/unique_fd.h"
+#include "transport/shm/wakeup.h"
+
+namespace qpsock::transport::shm {
+
+// Which end of the upgrade we are (the client that connected is the
+// initiator). Each side must say the other's role: a mismatch fails setup.
+enum class ShmRole : uint32_t { initiator = 1, responder = 2 };
+
+struct ShmOptions {
+  // The largest receive ring this side's Stream will map: pass the
+  // StreamSettings::ring_size the Stream is created with (at most 1 GiB).
+  uint64_t ring_size = uint64_t{1} << 20;
+  // Immediates we hold unpolled (the peer never sends more).
+  uint32_t notification_capacity = 1024;
+  // Posts awaiting their completion at once.
+  uint32_t send_queue_depth = 1024;
+  uint32_t max_outstanding_reads = 16;
+  uint32_t max_slices = 16;  // 4 .. 64
+  // How long establish() waits for the peer's messages.
+  std::chrono::milliseconds setup_timeout{2000};
+};
+
+class ShmTransport final : public stream::Transport {
+  struct ConstructionKey {
+    explicit ConstructionKey() = default;
+  };
+
+ public:
+  // Sets up the transport with the process at the other end of
+  // `side_channel_fd`, a connected AF_UNIX SOCK_STREAM socket (blocking or
+  // not; we never change its flags). Both processes call it, one as
+  // initiator, one as responder, at about the same time. `peer_pid` is the
+  // peer's pid as this process sees it (SO_PEERCRED).
+  //
+  // On the socket, each side sends exactly one 48-byte hello carrying its
+  // arena memfd and eventfd (SCM_RIGHTS), then, if both hellos were good, one
+  // 4-byte verdict on whether it can read the other's memory; each reads the
+  // same from the peer, never more, so the socket is positioned for the
+  // caller's next message when establish returns (success or not, unless the
+  // socket itself failed or timed out).
+  //
+  // Returns 0 with `out` set, or -errno with one warning logged saying why
+  // shm is unavailable; the caller then keeps the connection on TCP:
+  //   -EINVAL     bad options or arguments
+  //   -EPERM      the kernel will not let one side read the other's memory
+  //               (Yama ptrace_scope >= 2, or 1 with another peer process
+  //               already granted; different users; a non-dumpable process)
+  //   -ESRCH      the peer process is gone
+  //   -EPROTO     the peer's messages or arena are malformed, or the roles clash
+  //   -ECONNREFUSED  the peer failed its side of setup
+  //   -ETIMEDOUT  the peer did not answer within options.setup_timeout
+  //   -ECONNRESET the side channel closed
+  //   other       a system call failed (memfd_create, mmap, eventfd, pidfd_open)
+  static int establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
+                       const ShmOptions& options, std::unique_ptr<ShmTransport>& out);
+
+  ShmTransport(ConstructionKey, const ShmOptions& options);
+  ~ShmTransport() override;
+  ShmTransport(const ShmTransport&) = delete;
+  ShmTransport& operator=(const ShmTransport&) = delete;
+
+  // Maps our ring in our arena (at most options.ring_size bytes, once).
+  int map_receive_ring(size_t length, stream::MappedMemory& ring) override;
+  int register_memory(void* address, size_t length, stream::MemoryAccess access,
+                      std::unique_ptr<stream::MemoryRegistration>& registration) override;
+  int post_write(std::span<const stream::LocalSlice> source, stream::RemoteRegion destination,
+                 std::optional<uint32_t> immediate, uint64_t cookie) override;
+  int post_read(std::span<const stream::LocalSlice> destination, stream::RemoteRegion source,
+                uint64_t cookie) override;
+  int poll(std::span<stream::Completion> completions) override;
+  int wait_handle() const override { return wakeup_.wait_handle(); }
+  int arm() override;
+  void disconnect() override;
+  size_t max_inline() const override;
+  uint32_t max_outstanding_reads() const override { return options_.max_outstanding_reads; }
+  uint32_t send_queue_depth() const override { return options_.send_queue_depth; }
+  uint32_t notification_capacity() const override { return options_.notification_capacity; }
+  uint32_t max_slices() const override { return options_.max_slices; }
+
+  pid_t peer_pid() const { return peer_.pid(); }
+  // Whether the link is broken (a disconnect, a violation, the peer's end).
+  bool link_broken() const { return broken_; }
+
+ private:
+  // --- shm_establish.cc ---
+  // Our arena, eventfd, pidfd and wait handle; 0 or -errno.
+  int set_up_local(pid_t peer_pid);
+  // Maps the peer's arena and proves, by reading its probe word with
+  // process_vm_readv, that the pid is the arena's owner and readable.
+  int attach_peer(UniqueFd arena_fd, UniqueFd event_fd, uint64_t arena_size,
+                  uint64_t probe_address);
+
+
+  // --- shm_transport.cc ---
+  bool in_owner_process() const { return in_epoch(page_, epoch_); }
+  // A post: done at once by `deliver`, whose status its completion carries
+  // (a failure breaks the link); 0, or -errno with nothing done.
+  int post(stream::CompletionKind kind, size_t slice_count, uint64_t cookie,
+           stream::FunctionRef<int()> deliver);
+  // The peer's side of a post: 0, or -errno.
+  int deliver_write(std::span<const stream::LocalSlice> source, stream::RemoteRegion destination,
+                    std::optional<uint32_t> immediate);
+  int deliver_read(std::span<const stream::LocalSlice> destination, stream::RemoteRegion source);
+  // Queues our completion of a post; wakes another of our threads if armed.
+  void complete(const stream::Completion& completion);
+  // Whether the link has failed (noticing the peer's disconnect or death).
+  bool link_failed(bool look_for_death);
+  bool peer_death_due(WaiterState waiter);
+  bool work_pending() const;
+  void break_link();
+
+  ShmOptions options_;
+  ProcessPage* page_ = nullptr;
+  uint64_t epoch_ = 0;
+  PtracerGrant grant_;
+  PeerProcess peer_;
+  Wakeup wakeup_;
+  std::shared_ptr<LocalArena> local_;
+  std::shared_ptr<RegistrationPublisher> publisher_;
+  std::unique_ptr<PeerArena> peer_arena_;  // unmapped when the link breaks
+  UniqueFd peer_event_fd_;
+  ImmediateSender outbox_;
+  ImmediateReceiver inbox_;
+  CompletionQueue completions_;
+  bool broken_ = false;
+  bool failure_reported_ = false;
+  int64_t death_checked_at_ = 0;  // coarse clock, nanoseconds
+};
+
+}  // namespace qpsock::transport::shm

@@ -1,0 +1,111 @@
+// One TCP connection that qpsock may upgrade, and once upgraded, its stream:
+// the object every data call on the socket goes through (docs/upgrade-protocol.md).
+//
+// Each direction switches on its own. The sender switches at its next write
+// once both ends have the stream installed: it sends a SwitchHeader with its
+// exact count of TCP bytes on the stream, then writes the peer's binding token
+// into TCP, and from then on writes to the stream. The receiver delivers
+// exactly that many bytes from TCP, reads and checks the token, then reads the
+// stream. The header is visible on the stream before the token can arrive in
+// TCP, so a TCP read that returns token bytes always finds the header and
+// trims them off; nothing of qpsock's ever reaches the application.
+//
+// No lock is held across a blocking call: TCP reads are non-blocking under
+// receive_mutex_, and a blocking reader waits in poll(2) outside it.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "config/rule.h"
+#include "stream/stream.h"
+#include "upgrade/handshake_messages.h"
+
+namespace qpsock::upgrade {
+
+enum class UpgradePhase : uint8_t {
+  offered,      // the client listens / the server tries at its first I/O
+  negotiating,  // the handshake runs
+  established,  // the stream is installed: the peer may switch at any time
+  declined,     // stays on TCP for good
+};
+
+class Connection {
+ public:
+  explicit Connection(config::Role role);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  config::Role role() const { return role_; }
+  UpgradePhase phase() const { return phase_.load(std::memory_order_acquire); }
+  // offered -> negotiating; false if another thread already started (or it is over).
+  bool begin_negotiation();
+  void decline();
+  const BindingToken& expected_token() const { return expected_token_; }
+  // Installs the stream (the handshake's last step before "ready").
+  void install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token, int tcp_fd);
+  // The peer has installed its stream too: our sending direction may switch.
+  void allow_send_switch() { send_switch_allowed_.store(true, std::memory_order_release); }
+
+  // The data path: results as the socket calls give them (count, or -1 with errno).
+  ssize_t send(int fd, std::span<const iovec> data, int flags);
+  ssize_t receive(int fd, std::span<const iovec> buffers, int flags);
+
+  bool switched() const { return sending_switched() || receiving_switched(); }
+  bool sending_switched() const { return send_switched_.load(std::memory_order_acquire); }
+  bool receiving_switched() const { return receive_switched_.load(std::memory_order_acquire); }
+  // Null until established.
+  stream::Stream* stream() const { return stream_installed_.load(std::memory_order_acquire); }
+
+  // FIONREAD / SIOCINQ for a switched receiving direction.
+  int readable_bytes(int fd, int& bytes);
+  // shutdown(2) on the socket: mirrors onto the stream where switched.
+  int shutdown(int fd, int how);
+  // The last fd of this process on the socket is closing: flush and end the
+  // stream; true when the application left data unread (close resets then).
+  bool close_stream();
+
+ private:
+  ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
+  ssize_t send_over_stream(std::span<const iovec> data, int flags, bool blocking);
+  void try_switch_sending(int fd);
+  ssize_t receive_once(int fd, std::span<const iovec> buffers, int flags, bool blocking);
+  ssize_t receive_from_stream(std::span<const iovec> buffers, int flags, bool blocking);
+  // Reads the SwitchHeader off the stream if it has arrived.
+  void learn_switch_point_locked();
+  // Reads the rest of the binding token from TCP: 1 done, 0 not yet, -errno.
+  int take_token_locked(int fd);
+  void stash_token_bytes_locked(std::span<const iovec> buffers, size_t from, size_t count);
+
+  const config::Role role_;
+  std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
+  BindingToken expected_token_{};  // the peer writes it into TCP to us
+  BindingToken peer_token_{};      // we write it into TCP to the peer
+  std::unique_ptr<stream::Stream> stream_;
+  std::atomic<stream::Stream*> stream_installed_{nullptr};
+
+  // Sending: the gate counts TCP writes in flight; the switch takes it from 0.
+  static constexpr uint32_t kGateClosed = 1u << 31;
+  std::atomic<uint32_t> send_gate_{0};
+  std::atomic<bool> send_switch_allowed_{false};
+  std::atomic<bool> send_switched_{false};
+  std::atomic<uint64_t> tcp_sent_{0};
+
+  // Receiving.
+  std::mutex receive_mutex_;
+  uint64_t tcp_received_ = 0;
+  int64_t switch_point_ = -1;  // the peer's TCP byte count at its switch, once known
+  BindingToken token_received_{};
+  size_t token_bytes_ = 0;
+  std::atomic<bool> receive_switched_{false};
+};
+
+}  // namespace qpsock::upgrade

@@ -1,0 +1,206 @@
+// The receiving direction: exactly the peer's TCP bytes, then its token, then
+// the stream.
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/log.h"
+#include "libc/next_symbols.h"
+#include "upgrade/connection.h"
+#include "upgrade/connection_registry.h"
+#include "upgrade/socket_blocking.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+constexpr size_t kMostPieces = 64;
+
+// The first `limit` bytes of `buffers` as a new iovec list (into `storage`).
+std::span<const iovec> truncated(std::span<const iovec> buffers, uint64_t limit,
+                                 iovec (&storage)[kMostPieces]) {
+  size_t count = 0;
+  for (const iovec& piece : buffers) {
+    if (limit == 0 || count == kMostPieces) break;
+    const size_t length = static_cast<size_t>(std::min<uint64_t>(piece.iov_len, limit));
+    storage[count++] = {piece.iov_base, length};
+    limit -= length;
+  }
+  return {storage, count};
+}
+
+size_t total_length(std::span<const iovec> buffers) {
+  size_t total = 0;
+  for (const iovec& piece : buffers) total += piece.iov_len;
+  return total;
+}
+
+// Waits until TCP is readable (or a while has passed: another thread may have
+// taken what woke us). -EINTR on a signal.
+//
+// poll(2) looks the fd number up again at every wakeup, unlike a read blocked
+// in the kernel, which holds its file. If the fd no longer is this socket (the
+// JVM's close idiom: dup2 of a placeholder over it), a kernel reader would
+// stay asleep on the old socket until a signal: so do we.
+int wait_readable(int fd, const Connection& connection) {
+  pollfd entry{fd, POLLIN, 0};
+  if (next::poll(&entry, 1, 50) < 0 && errno == EINTR) return -EINTR;
+  if (find_connection(fd).get() == &connection) return 0;
+  for (;;) {
+    if (next::ppoll(nullptr, 0, nullptr, nullptr) < 0 && errno == EINTR) return -EINTR;
+  }
+}
+
+ssize_t failed(ssize_t negative_errno) {
+  errno = static_cast<int>(-negative_errno);
+  return -1;
+}
+
+}  // namespace
+
+ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
+  const bool blocking = (flags & MSG_DONTWAIT) == 0 && socket_is_blocking(fd);
+  // MSG_WAITALL is done here, never by the kernel: it could wait for bytes
+  // that will come on the stream instead.
+  if ((flags & MSG_WAITALL) == 0 || (flags & MSG_PEEK) != 0 || !blocking)
+    return receive_once(fd, buffers, flags & ~MSG_WAITALL, blocking);
+  const size_t wanted = total_length(buffers);
+  std::vector<iovec> rest(buffers.begin(), buffers.end());
+  size_t done = 0;
+  while (done < wanted) {
+    const ssize_t got = receive_once(fd, rest, flags & ~MSG_WAITALL, blocking);
+    if (got <= 0) return done > 0 ? static_cast<ssize_t>(done) : got;
+    done += static_cast<size_t>(got);
+    size_t skip = static_cast<size_t>(got);
+    while (!rest.empty() && skip >= rest.front().iov_len) {
+      skip -= rest.front().iov_len;
+      rest.erase(rest.begin());
+    }
+    if (!rest.empty()) {
+      rest.front().iov_base = static_cast<char*>(rest.front().iov_base) + skip;
+      rest.front().iov_len -= skip;
+    }
+  }
+  return static_cast<ssize_t>(done);
+}
+
+ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int flags,
+                                 bool blocking) {
+  const bool peeking = (flags & MSG_PEEK) != 0;
+  for (;;) {
+    if (receiving_switched()) return receive_from_stream(buffers, flags, blocking);
+    std::unique_lock lock(receive_mutex_);
+    if (receiving_switched()) continue;
+    learn_switch_point_locked();
+    if (switch_point_ >= 0 && tcp_received_ == static_cast<uint64_t>(switch_point_)) {
+      const int token = take_token_locked(fd);
+      if (token < 0) return failed(token);
+      if (token > 0) continue;
+      lock.unlock();
+      if (!blocking) return failed(-EAGAIN);
+      if (wait_readable(fd, *this) < 0) return failed(-EINTR);
+      continue;
+    }
+    const uint64_t limit = switch_point_ >= 0
+                               ? static_cast<uint64_t>(switch_point_) - tcp_received_
+                               : UINT64_MAX;
+    iovec storage[kMostPieces];
+    const std::span<const iovec> pieces = truncated(buffers, limit, storage);
+    msghdr message{};
+    message.msg_iov = const_cast<iovec*>(pieces.data());
+    message.msg_iovlen = pieces.size();
+    ssize_t got = next::recvmsg(fd, &message, flags | MSG_DONTWAIT);
+    if (got < 0) {
+      const int error = errno;
+      if (error != EAGAIN) return failed(-error);
+      lock.unlock();
+      if (!blocking) return failed(-EAGAIN);
+      if (wait_readable(fd, *this) < 0) return failed(-EINTR);
+      continue;
+    }
+    if (got == 0) {
+      if (total_length(pieces) == 0 && total_length(buffers) > 0) continue;
+      return 0;  // the peer's FIN, before any switch: the real end
+    }
+    // Did these bytes run into the token? Only if the header is here by now.
+    if (switch_point_ < 0) learn_switch_point_locked();
+    if (switch_point_ >= 0) {
+      const uint64_t left = static_cast<uint64_t>(switch_point_) - tcp_received_;
+      if (static_cast<uint64_t>(got) > left) {
+        if (!peeking) stash_token_bytes_locked(pieces, left, static_cast<size_t>(got) - left);
+        got = static_cast<ssize_t>(left);
+      }
+    }
+    if (!peeking) tcp_received_ += static_cast<uint64_t>(got);
+    if (got > 0) return got;
+  }
+}
+
+ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flags, bool blocking) {
+  const ssize_t got = stream()->receive(buffers, flags, blocking);
+  return got >= 0 ? got : failed(got);
+}
+
+void Connection::learn_switch_point_locked() {
+  if (switch_point_ >= 0) return;
+  stream::Stream* current = stream();
+  if (current == nullptr || current->readable_bytes() < sizeof(SwitchHeader)) return;
+  SwitchHeader header{};
+  iovec piece{&header, sizeof(header)};
+  const ssize_t got = current->receive({&piece, 1}, MSG_DONTWAIT, false);
+  if (got != static_cast<ssize_t>(sizeof(header)) || header.magic != kSwitchMagic ||
+      header.tcp_bytes < tcp_received_) {
+    QPSOCK_LOG(error, "upgraded stream: a malformed switch header; resetting the connection");
+    current->abort();
+    return;
+  }
+  switch_point_ = static_cast<int64_t>(header.tcp_bytes);
+}
+
+void Connection::stash_token_bytes_locked(std::span<const iovec> buffers, size_t from,
+                                          size_t count) {
+  for (const iovec& piece : buffers) {
+    if (count == 0) break;
+    if (from >= piece.iov_len) {
+      from -= piece.iov_len;
+      continue;
+    }
+    const size_t take = std::min(piece.iov_len - from, count);
+    const size_t room = token_received_.size() - token_bytes_;
+    memcpy(token_received_.data() + token_bytes_, static_cast<char*>(piece.iov_base) + from,
+           std::min(take, room));
+    token_bytes_ += std::min(take, room);
+    count -= take;
+    from = 0;
+  }
+}
+
+int Connection::take_token_locked(int fd) {
+  while (token_bytes_ < token_received_.size()) {
+    const ssize_t got = next::recv(fd, token_received_.data() + token_bytes_,
+                                   token_received_.size() - token_bytes_, MSG_DONTWAIT);
+    if (got > 0) {
+      token_bytes_ += static_cast<size_t>(got);
+      continue;
+    }
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0 && errno == EAGAIN) return 0;
+    // The peer vanished between its header and its token.
+    stream()->abort();
+    return got == 0 ? -ECONNRESET : -errno;
+  }
+  if (token_received_ != expected_token_) {
+    QPSOCK_LOG(error, "fd %d: the binding token in TCP does not match the side channel's; "
+               "resetting the connection", fd);
+    stream()->abort();
+    return -ECONNRESET;
+  }
+  receive_switched_.store(true, std::memory_order_release);
+  QPSOCK_LOG(debug, "fd %d: receiving switched to the stream after %llu TCP bytes", fd,
+             static_cast<unsigned long long>(tcp_received_));
+  return 1;
+}
+
+}  // namespace qpsock::upgrade

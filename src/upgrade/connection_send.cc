@@ -1,0 +1,126 @@
+// The sending direction: TCP until the switch, then the stream.
+#include <fcntl.h>
+#include <linux/sockios.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <thread>
+
+#include "common/log.h"
+#include "libc/next_symbols.h"
+#include "upgrade/connection.h"
+#include "upgrade/socket_blocking.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+// Room for the 16-byte token without waiting: the kernel takes a write while
+// its queue is below SO_SNDBUF, and we ask for a comfortable margin.
+bool tcp_has_room(int fd) {
+  int queued = 0, limit = 0;
+  socklen_t length = sizeof(limit);
+  if (next::ioctl(fd, SIOCOUTQ, &queued) != 0 ||
+      next::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &limit, &length) != 0)
+    return false;
+  return queued + 4096 < limit;
+}
+
+// Writes the token; waits (briefly: there is room) if the kernel takes part of it.
+int write_token(int fd, const BindingToken& token) {
+  size_t written = 0;
+  while (written < token.size()) {
+    const ssize_t sent = next::send(fd, token.data() + written, token.size() - written,
+                                    MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent > 0) {
+      written += static_cast<size_t>(sent);
+      continue;
+    }
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && errno != EAGAIN) return -errno;
+    pollfd entry{fd, POLLOUT, 0};
+    next::poll(&entry, 1, 100);
+  }
+  return 0;
+}
+
+void raise_sigpipe() {
+  // As the kernel does: to the calling thread.
+  syscall(SYS_tgkill, getpid(), static_cast<pid_t>(syscall(SYS_gettid)), SIGPIPE);
+}
+
+}  // namespace
+
+ssize_t Connection::send(int fd, std::span<const iovec> data, int flags) {
+  if (!sending_switched() && send_switch_allowed_.load(std::memory_order_acquire))
+    try_switch_sending(fd);
+  if (sending_switched()) return send_over_stream(data, flags, socket_is_blocking(fd));
+  return send_over_tcp(fd, data, flags);
+}
+
+ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags) {
+  uint32_t gate = send_gate_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((gate & kGateClosed) != 0) {
+      // A switch is under way (it takes microseconds): its result decides.
+      while (!sending_switched() && (send_gate_.load() & kGateClosed) != 0)
+        std::this_thread::yield();
+      if (sending_switched()) return send_over_stream(data, flags, socket_is_blocking(fd));
+      gate = send_gate_.load(std::memory_order_acquire);
+      continue;
+    }
+    if (send_gate_.compare_exchange_weak(gate, gate + 1, std::memory_order_acq_rel)) break;
+  }
+  msghdr message{};
+  message.msg_iov = const_cast<iovec*>(data.data());
+  message.msg_iovlen = data.size();
+  const ssize_t sent = next::sendmsg(fd, &message, flags);
+  const int saved_errno = errno;
+  if (sent > 0) tcp_sent_.fetch_add(static_cast<uint64_t>(sent), std::memory_order_relaxed);
+  send_gate_.fetch_sub(1, std::memory_order_acq_rel);
+  errno = saved_errno;
+  return sent;
+}
+
+void Connection::try_switch_sending(int fd) {
+  uint32_t open = 0;
+  // Only with no TCP write in flight, so tcp_sent_ is exact.
+  if (!send_gate_.compare_exchange_strong(open, kGateClosed, std::memory_order_acq_rel)) return;
+  if (!tcp_has_room(fd)) {
+    send_gate_.store(0, std::memory_order_release);  // try again at a later write
+    return;
+  }
+  const SwitchHeader header{kSwitchMagic, tcp_sent_.load(std::memory_order_relaxed)};
+  iovec piece{const_cast<SwitchHeader*>(&header), sizeof(header)};
+  const ssize_t sent = stream()->send({&piece, 1}, 0, true);
+  if (sent != static_cast<ssize_t>(sizeof(header))) {
+    // The peer never learns of a switch: the connection simply stays on TCP.
+    QPSOCK_LOG(warn, "fd %d: the upgraded stream failed before the switch (%zd); staying on TCP",
+               fd, sent);
+    decline();
+    send_switch_allowed_.store(false, std::memory_order_release);
+    send_gate_.store(0, std::memory_order_release);
+    return;
+  }
+  if (int error = write_token(fd, peer_token_); error < 0) {
+    // TCP itself failed: the stream cannot be trusted either.
+    QPSOCK_LOG(debug, "fd %d: writing the binding token: %d", fd, error);
+    stream()->abort();
+  }
+  send_switched_.store(true, std::memory_order_release);
+  QPSOCK_LOG(debug, "fd %d: sending switched to the stream after %llu TCP bytes", fd,
+             static_cast<unsigned long long>(header.tcp_bytes));
+}
+
+ssize_t Connection::send_over_stream(std::span<const iovec> data, int flags, bool blocking) {
+  const ssize_t sent = stream()->send(data, flags & ~MSG_NOSIGNAL, blocking);
+  if (sent >= 0) return sent;
+  if (sent == -EPIPE && (flags & MSG_NOSIGNAL) == 0) raise_sigpipe();
+  errno = static_cast<int>(-sent);
+  return -1;
+}
+
+}  // namespace qpsock::upgrade

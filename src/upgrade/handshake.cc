@@ -1,0 +1,122 @@
+#include "upgrade/handshake.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/log.h"
+#include "config/config_loader.h"
+#include "libc/next_symbols.h"
+#include "transport/shm/shm_transport.h"
+#include "upgrade/socket_identity.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+stream::StreamSettings settings_from_config() {
+  const config::Tunables& tunables = config::process_config().tunables();
+  stream::StreamSettings settings;
+  settings.ring_size = tunables.ring_size;
+  settings.eager_chunk = tunables.eager_chunk;
+  settings.rendezvous_threshold = tunables.rendezvous_threshold;
+  settings.spin_time = tunables.spin_time;
+  return settings;
+}
+
+// The process at the other end of the side channel, if it holds `inode`.
+int verified_peer(int side_fd, const Hello& hello, uint64_t inode, pid_t& pid) {
+  ucred credentials{};
+  socklen_t length = sizeof(credentials);
+  if (next::getsockopt(side_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -errno;
+  if (hello.magic != kHelloMagic || hello.version != kProtocolVersion) return -EPROTO;
+  if (credentials.pid != hello.pid) return -EPERM;
+  if (!process_holds_socket(credentials.pid, inode)) return -EPERM;
+  pid = credentials.pid;
+  return 0;
+}
+
+Hello our_hello(const Connection& connection, bool accepted) {
+  Hello hello{};
+  hello.magic = kHelloMagic;
+  hello.version = kProtocolVersion;
+  hello.pid = getpid();
+  hello.accepted = accepted ? 1 : 0;
+  hello.token = connection.expected_token();
+  return hello;
+}
+
+int exchange_hellos(Connection& connection, int side_fd, uint64_t peer_socket_inode,
+                    Deadline deadline, Hello& theirs, pid_t& peer_pid) {
+  const bool initiator = connection.role() == config::Role::server;
+  if (initiator) {
+    const Hello ours = our_hello(connection, true);
+    if (int error = send_exactly(side_fd, &ours, sizeof(ours), deadline); error < 0) return error;
+  }
+  if (int error = receive_exactly(side_fd, &theirs, sizeof(theirs), deadline); error < 0)
+    return error;
+  if (initiator && theirs.accepted != 1) return -ECONNREFUSED;
+  const int verified = verified_peer(side_fd, theirs, peer_socket_inode, peer_pid);
+  if (!initiator) {
+    const Hello ours = our_hello(connection, verified == 0);
+    if (int error = send_exactly(side_fd, &ours, sizeof(ours), deadline); error < 0) return error;
+  }
+  return verified;
+}
+
+}  // namespace
+
+int find_peer_socket_inode(int tcp_fd, uint64_t& inode) {
+  sockaddr_storage local{}, remote{};
+  socklen_t length = sizeof(local);
+  if (next::getsockname(tcp_fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) return -errno;
+  length = sizeof(remote);
+  if (next::getpeername(tcp_fd, reinterpret_cast<sockaddr*>(&remote), &length) != 0) return -errno;
+  // The peer's socket, seen from the peer: its own address is our peer's.
+  return find_tcp_socket_inode(remote, local, inode);
+}
+
+int run_handshake(Connection& connection, int tcp_fd, int side_fd, uint64_t peer_socket_inode,
+                  Deadline deadline) {
+  Hello theirs{};
+  pid_t peer_pid = 0;
+  if (int error = exchange_hellos(connection, side_fd, peer_socket_inode, deadline, theirs, peer_pid);
+      error < 0)
+    return error;
+
+  const bool initiator = connection.role() == config::Role::server;
+  const stream::StreamSettings settings = settings_from_config();
+  transport::shm::ShmOptions options;
+  options.ring_size = settings.ring_size;
+  options.setup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  std::unique_ptr<transport::shm::ShmTransport> transport;
+  if (int error = transport::shm::ShmTransport::establish(
+          side_fd, initiator ? transport::shm::ShmRole::initiator : transport::shm::ShmRole::responder,
+          peer_pid, options, transport);
+      error < 0)
+    return error;
+
+  std::unique_ptr<stream::Stream> stream;
+  if (int error = stream::Stream::create(std::move(transport), settings, nullptr, stream);
+      error < 0)
+    return error;
+  const stream::StreamEndpoint ours = stream->local_endpoint();
+  stream::StreamEndpoint peer{};
+  if (int error = send_exactly(side_fd, &ours, sizeof(ours), deadline); error < 0) return error;
+  if (int error = receive_exactly(side_fd, &peer, sizeof(peer), deadline); error < 0) return error;
+  if (int error = stream->connect(peer); error < 0) return error;
+
+  // Installed before "ready": once the peer hears it, it may switch, and our
+  // reads must then know to look for its switch header.
+  connection.install(std::move(stream), theirs.token, tcp_fd);
+  const char ready = 'R';
+  char peer_ready = 0;
+  if (int error = send_exactly(side_fd, &ready, 1, deadline); error < 0) return error;
+  if (int error = receive_exactly(side_fd, &peer_ready, 1, deadline); error < 0) return error;
+  if (peer_ready != ready) return -EPROTO;
+  connection.allow_send_switch();
+  return 0;
+}
+
+}  // namespace qpsock::upgrade

@@ -1,0 +1,120 @@
+#include "upgrade/socket_identity.h"
+
+#include <dirent.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "libc/next_symbols.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+void fill_endpoint(const sockaddr_storage& address, __be16& port, __be32* words) {
+  if (address.ss_family == AF_INET) {
+    const auto& ipv4 = reinterpret_cast<const sockaddr_in&>(address);
+    port = ipv4.sin_port;
+    memcpy(words, &ipv4.sin_addr, sizeof(ipv4.sin_addr));
+  } else {
+    const auto& ipv6 = reinterpret_cast<const sockaddr_in6&>(address);
+    port = ipv6.sin6_port;
+    memcpy(words, &ipv6.sin6_addr, sizeof(ipv6.sin6_addr));
+  }
+}
+
+// Closes the netlink socket on every path.
+class NetlinkSocket {
+ public:
+  NetlinkSocket() : fd_(next::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) {}
+  ~NetlinkSocket() {
+    if (fd_ >= 0) next::close(fd_);
+  }
+  NetlinkSocket(const NetlinkSocket&) = delete;
+  NetlinkSocket& operator=(const NetlinkSocket&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+int find_tcp_socket_inode(const sockaddr_storage& local, const sockaddr_storage& remote,
+                          uint64_t& inode) {
+  if (local.ss_family != remote.ss_family ||
+      (local.ss_family != AF_INET && local.ss_family != AF_INET6))
+    return -EAFNOSUPPORT;
+  NetlinkSocket netlink;
+  if (netlink.fd() < 0) return -errno;
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } message{};
+  message.header.nlmsg_len = sizeof(message);
+  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  message.header.nlmsg_flags = NLM_F_REQUEST;
+  message.request.sdiag_family = static_cast<__u8>(local.ss_family);
+  message.request.sdiag_protocol = IPPROTO_TCP;
+  message.request.idiag_states = ~0u;
+  fill_endpoint(local, message.request.id.idiag_sport, message.request.id.idiag_src);
+  fill_endpoint(remote, message.request.id.idiag_dport, message.request.id.idiag_dst);
+  message.request.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  message.request.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (next::sendto(netlink.fd(), &message, sizeof(message), 0,
+                   reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0)
+    return -errno;
+  alignas(nlmsghdr) char reply[1024];
+  const ssize_t got = next::recv(netlink.fd(), reply, sizeof(reply), 0);
+  if (got < 0) return -errno;
+  auto* header = reinterpret_cast<nlmsghdr*>(reply);
+  if (!NLMSG_OK(header, static_cast<size_t>(got))) return -EPROTO;
+  if (header->nlmsg_type == NLMSG_ERROR) {
+    auto* error = static_cast<nlmsgerr*>(NLMSG_DATA(header));
+    return error->error < 0 ? error->error : -ENOENT;
+  }
+  if (header->nlmsg_type != SOCK_DIAG_BY_FAMILY) return -EPROTO;
+  auto* found = static_cast<inet_diag_msg*>(NLMSG_DATA(header));
+  inode = found->idiag_inode;
+  return inode != 0 ? 0 : -ENOENT;
+}
+
+int socket_inode_of_fd(int fd, uint64_t& inode) {
+  struct stat status {};
+  if (fstat(fd, &status) != 0) return -errno;
+  if (!S_ISSOCK(status.st_mode)) return -ENOTSOCK;
+  inode = status.st_ino;
+  return 0;
+}
+
+bool process_holds_socket(pid_t pid, uint64_t inode) {
+  char directory_path[64];
+  snprintf(directory_path, sizeof(directory_path), "/proc/%d/fd", static_cast<int>(pid));
+  DIR* directory = opendir(directory_path);
+  if (directory == nullptr) return false;
+  char wanted[48];
+  const int wanted_length =
+      snprintf(wanted, sizeof(wanted), "socket:[%llu]", static_cast<unsigned long long>(inode));
+  bool holds = false;
+  while (dirent* entry = readdir(directory)) {
+    if (entry->d_name[0] == '.') continue;
+    char target[64];
+    const ssize_t length = readlinkat(dirfd(directory), entry->d_name, target, sizeof(target));
+    if (length == wanted_length && memcmp(target, wanted, static_cast<size_t>(length)) == 0) {
+      holds = true;
+      break;
+    }
+  }
+  closedir(directory);
+  return holds;
+}
+
+}  // namespace qpsock::upgrade

@@ -1,0 +1,29 @@
+// What the socket layer calls: offering connections for upgrade, finding the
+// Connection behind an fd for a data call, and the end of a connection.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <memory>
+
+#include "upgrade/connection.h"
+
+namespace qpsock::upgrade {
+
+// A client socket that may be upgraded, just before its connect() goes out:
+// the side-channel listener must exist before the server's first I/O.
+void offer_client_upgrade(int fd);
+// connect() failed: nothing to upgrade.
+void withdraw_upgrade(int fd);
+// An accepted connection that may be upgraded at its first I/O in this process.
+void offer_server_upgrade(int fd);
+
+// The Connection a data call on `fd` must go through, or null (a plain
+// socket, or one that stays on TCP). A server's first call tries the upgrade.
+std::shared_ptr<Connection> connection_for_io(int fd);
+
+// close(): the last fd of this process on an upgraded socket ends its stream
+// (and makes the kernel reset the connection if data was left unread).
+void connection_closing(int fd);
+
+}  // namespace qpsock::upgrade

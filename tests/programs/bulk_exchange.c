@@ -1,0 +1,146 @@
+/* bulk_exchange: both ends write and read at the same time, each direction
+ * BYTES of a seeded pseudo-random stream, with random write and read sizes
+ * from 1 B to 4 MiB (log-uniform, so small ones are common). Every received
+ * byte is checked against the stream the peer generates; the exit status says
+ * whether all of it arrived intact and in order.
+ *
+ *   bulk_exchange server PORT_FILE BYTES      (listens on 127.0.0.1, any port)
+ *   bulk_exchange client PORT BYTES
+ * The server writes stream 1 and expects stream 2; the client the reverse. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define LARGEST_PIECE (4u << 20)
+
+struct direction {
+  int fd;
+  uint64_t bytes;
+  uint64_t seed;       /* the byte stream */
+  uint64_t size_seed;  /* the piece sizes */
+  uint64_t done;
+  int failed;
+};
+
+/* 1 B .. 4 MiB, log-uniform. */
+static size_t piece_size(uint64_t* state, uint64_t left) {
+  uint64_t random = splitmix64(state);
+  unsigned bits = (unsigned)(random % 23); /* 2^0 .. 2^22 */
+  uint64_t size = 1 + ((random >> 8) & ((1ull << bits) - 1));
+  if (size > LARGEST_PIECE) size = LARGEST_PIECE;
+  return (size_t)(size < left ? size : left);
+}
+
+static void* write_direction(void* argument) {
+  struct direction* self = argument;
+  unsigned char* buffer = malloc(LARGEST_PIECE);
+  struct byte_stream stream;
+  byte_stream_init(&stream, self->seed);
+  uint64_t sizes = self->size_seed;
+  while (buffer != NULL && self->done < self->bytes) {
+    size_t length = piece_size(&sizes, self->bytes - self->done);
+    byte_stream_fill(&stream, buffer, length);
+    if (write_all(self->fd, buffer, length) != 0) {
+      fprintf(stderr, "bulk_exchange: write after %llu bytes: %s\n",
+              (unsigned long long)self->done, strerror(errno));
+      self->failed = 1;
+      break;
+    }
+    self->done += length;
+  }
+  if (buffer == NULL) self->failed = 1;
+  free(buffer);
+  return NULL;
+}
+
+static void* read_direction(void* argument) {
+  struct direction* self = argument;
+  unsigned char* buffer = malloc(LARGEST_PIECE);
+  unsigned char* expected = malloc(LARGEST_PIECE);
+  struct byte_stream stream;
+  byte_stream_init(&stream, self->seed);
+  uint64_t sizes = self->size_seed;
+  while (buffer != NULL && expected != NULL && self->done < self->bytes) {
+    size_t wanted = piece_size(&sizes, self->bytes - self->done);
+    ssize_t got = read(self->fd, buffer, wanted);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      fprintf(stderr, "bulk_exchange: read after %llu of %llu bytes: %s\n",
+              (unsigned long long)self->done, (unsigned long long)self->bytes,
+              got == 0 ? "end of stream" : strerror(errno));
+      self->failed = 1;
+      break;
+    }
+    byte_stream_fill(&stream, expected, (size_t)got);
+    if (memcmp(buffer, expected, (size_t)got) != 0) {
+      size_t at = 0;
+      while (buffer[at] == expected[at]) at++;
+      fprintf(stderr, "bulk_exchange: wrong byte at offset %llu\n",
+              (unsigned long long)(self->done + at));
+      self->failed = 1;
+      break;
+    }
+    self->done += (uint64_t)got;
+  }
+  if (buffer == NULL || expected == NULL) self->failed = 1;
+  free(buffer);
+  free(expected);
+  return NULL;
+}
+
+static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive_seed) {
+  struct direction out = {fd, bytes, send_seed, send_seed * 7 + 1, 0, 0};
+  struct direction in = {fd, bytes, receive_seed, receive_seed * 13 + 5, 0, 0};
+  pthread_t writer, reader;
+  if (pthread_create(&writer, NULL, write_direction, &out) != 0 ||
+      pthread_create(&reader, NULL, read_direction, &in) != 0) {
+    fprintf(stderr, "bulk_exchange: pthread_create failed\n");
+    return 1;
+  }
+  pthread_join(writer, NULL);
+  pthread_join(reader, NULL);
+  /* Both directions are complete: an orderly end, as a real program's. */
+  close(fd);
+  fprintf(stderr, "bulk_exchange: sent %llu, received and verified %llu bytes\n",
+          (unsigned long long)out.done, (unsigned long long)in.done);
+  return out.failed || in.failed || in.done != bytes;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: bulk_exchange server PORT_FILE BYTES | client PORT BYTES\n");
+    return 2;
+  }
+  uint64_t bytes = (uint64_t)parse_number(argv[3], "BYTES");
+  if (strcmp(argv[1], "server") == 0) {
+    int listener = listen_loopback(0, 0);
+    struct sockaddr_in bound;
+    socklen_t length = sizeof(bound);
+    if (listener < 0 || getsockname(listener, (struct sockaddr*)&bound, &length) != 0) return 1;
+    FILE* port_file = fopen(argv[2], "w");
+    if (port_file == NULL) return 1;
+    fprintf(port_file, "%d\n", ntohs(bound.sin_port));
+    fclose(port_file);
+    int fd = accept(listener, NULL, NULL);
+    if (fd < 0) return 1;
+    close(listener);
+    return exchange(fd, bytes, 1, 2);
+  }
+  struct sockaddr_storage address;
+  socklen_t length = loopback_address(&address, 0, (int)parse_number(argv[2], "PORT"));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr*)&address, length) != 0) {
+    perror("bulk_exchange: connect");
+    return 1;
+  }
+  return exchange(fd, bytes, 2, 1);
+}
