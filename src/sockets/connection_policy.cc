@@ -35,9 +35,10 @@ void format_endpoint(const sockaddr_storage& address, char* text, size_t size) {
 
 }  // namespace
 
-config::Decision decide_for_connection(int fd, config::Role role, const sockaddr* peer) {
+void read_connection_endpoints(int fd, const sockaddr* peer, ConnectionEndpoints& endpoints) {
   ErrnoGuard errno_guard;
-  sockaddr_storage local{}, remote{};
+  sockaddr_storage& local = endpoints.local;
+  sockaddr_storage& remote = endpoints.peer;
   socklen_t length = sizeof(local);
   if (next::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) local.ss_family = AF_UNSPEC;
   if (peer != nullptr) {
@@ -48,6 +49,14 @@ config::Decision decide_for_connection(int fd, config::Role role, const sockaddr
       remote.ss_family = AF_UNSPEC;
     }
   }
+}
+
+config::Decision decide_for_connection(int fd, config::Role role, const sockaddr* peer) {
+  ErrnoGuard errno_guard;
+  ConnectionEndpoints endpoints;
+  read_connection_endpoints(fd, peer, endpoints);
+  const sockaddr_storage& local = endpoints.local;
+  const sockaddr_storage& remote = endpoints.peer;
   config::Decision decision = config::process_config().decide(
       reinterpret_cast<const sockaddr*>(&local), reinterpret_cast<const sockaddr*>(&remote), role);
   if (log::enabled(log::Level::info)) {
@@ -60,7 +69,7 @@ config::Decision decide_for_connection(int fd, config::Role role, const sockaddr
                  role == config::Role::client ? "->" : "<-", remote_text,
                  offload ? "offload" : "kernel", static_cast<int>(decision.reason.size()),
                  decision.reason.data(),
-                 offload ? "; no transport in this version, stays on kernel TCP" : "");
+                 offload ? "; upgrade to shared memory if the peer runs qpsock on this host" : "");
   }
   return decision;
 }

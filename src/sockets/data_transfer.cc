@@ -1,8 +1,13 @@
 #include "sockets/data_transfer.h"
 
 #include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "libc/next_symbols.h"
+#include "sockets/connection_accounting.h"
 #include "upgrade/socket_upgrade.h"
 
 namespace qpsock::sockets {
@@ -26,36 +31,57 @@ std::span<const iovec> iovecs(const iovec* vector, int count) {
   return {vector, count > 0 ? static_cast<size_t>(count) : 0};
 }
 
+// sendfile/splice through a Connection: copied through a bounded buffer,
+// so a switched stream never meets bytes the kernel moved on its own.
+constexpr size_t kCopyChunk = 64 << 10;
+
+ssize_t copy_into_connection(upgrade::Connection& connection, int out_fd, int in_fd,
+                             off64_t* offset, size_t count) {
+  std::vector<char> buffer(std::min(count, kCopyChunk));
+  const ssize_t got = offset != nullptr ? ::pread64(in_fd, buffer.data(), buffer.size(), *offset)
+                                        : next::read(in_fd, buffer.data(), buffer.size());
+  if (got <= 0) return got;
+  const ssize_t sent = send_through(connection, out_fd, buffer.data(), static_cast<size_t>(got), 0);
+  if (sent <= 0) return sent;
+  if (offset != nullptr) {
+    *offset += sent;
+  } else if (sent < got) {
+    // Give back what was read but not sent (a regular file: seek back).
+    ::lseek64(in_fd, sent - got, SEEK_CUR);
+  }
+  return sent;
+}
+
 }  // namespace
 
 ssize_t read(int fd, void* buffer, size_t count) {
   if (auto connection = upgrade::connection_for_io(fd))
     return receive_through(*connection, fd, buffer, count, 0);
-  return next::read(fd, buffer, count);
+  return count_received(fd, next::read(fd, buffer, count));
 }
 
 ssize_t readv(int fd, const iovec* vector, int count) {
   if (auto connection = upgrade::connection_for_io(fd))
     return connection->receive(fd, iovecs(vector, count), 0);
-  return next::readv(fd, vector, count);
+  return count_received(fd, next::readv(fd, vector, count));
 }
 
 ssize_t write(int fd, const void* buffer, size_t count) {
   if (auto connection = upgrade::connection_for_io(fd))
     return send_through(*connection, fd, buffer, count, 0);
-  return next::write(fd, buffer, count);
+  return count_sent(fd, next::write(fd, buffer, count));
 }
 
 ssize_t writev(int fd, const iovec* vector, int count) {
   if (auto connection = upgrade::connection_for_io(fd))
     return connection->send(fd, iovecs(vector, count), 0);
-  return next::writev(fd, vector, count);
+  return count_sent(fd, next::writev(fd, vector, count));
 }
 
 ssize_t send(int fd, const void* buffer, size_t count, int flags) {
   if (auto connection = upgrade::connection_for_io(fd))
     return send_through(*connection, fd, buffer, count, flags);
-  return next::send(fd, buffer, count, flags);
+  return count_sent(fd, next::send(fd, buffer, count, flags));
 }
 
 ssize_t sendto(int fd, const void* buffer, size_t count, int flags, const sockaddr* address,
@@ -63,23 +89,34 @@ ssize_t sendto(int fd, const void* buffer, size_t count, int flags, const sockad
   // A connected TCP socket ignores the address, as the kernel does.
   if (auto connection = upgrade::connection_for_io(fd))
     return send_through(*connection, fd, buffer, count, flags);
-  return next::sendto(fd, buffer, count, flags, address, length);
+  return count_sent(fd, next::sendto(fd, buffer, count, flags, address, length));
 }
 
 ssize_t sendmsg(int fd, const msghdr* message, int flags) {
   if (auto connection = upgrade::connection_for_io(fd))
     return connection->send(fd, {message->msg_iov, message->msg_iovlen}, flags);
-  return next::sendmsg(fd, message, flags);
+  return count_sent(fd, next::sendmsg(fd, message, flags));
 }
 
 int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
-  return next::sendmmsg(fd, messages, count, flags);
+  if (auto connection = upgrade::connection_for_io(fd)) {
+    unsigned int done = 0;
+    for (; done < count; ++done) {
+      const ssize_t sent = connection->send(
+          fd, {messages[done].msg_hdr.msg_iov, messages[done].msg_hdr.msg_iovlen}, flags);
+      if (sent < 0) return done > 0 ? static_cast<int>(done) : -1;
+      messages[done].msg_len = static_cast<unsigned int>(sent);
+    }
+    return static_cast<int>(done);
+  }
+  return count_messages(fd, next::sendmmsg(fd, messages, count, flags), messages,
+                        stats::Direction::sent, flags);
 }
 
 ssize_t recv(int fd, void* buffer, size_t count, int flags) {
   if (auto connection = upgrade::connection_for_io(fd))
     return receive_through(*connection, fd, buffer, count, flags);
-  return next::recv(fd, buffer, count, flags);
+  return count_received(fd, next::recv(fd, buffer, count, flags), flags);
 }
 
 ssize_t recvfrom(int fd, void* buffer, size_t count, int flags, sockaddr* address,
@@ -89,7 +126,7 @@ ssize_t recvfrom(int fd, void* buffer, size_t count, int flags, sockaddr* addres
     if (length != nullptr) *length = 0;
     return receive_through(*connection, fd, buffer, count, flags);
   }
-  return next::recvfrom(fd, buffer, count, flags, address, length);
+  return count_received(fd, next::recvfrom(fd, buffer, count, flags, address, length), flags);
 }
 
 ssize_t recvmsg(int fd, msghdr* message, int flags) {
@@ -102,24 +139,70 @@ ssize_t recvmsg(int fd, msghdr* message, int flags) {
     }
     return got;
   }
-  return next::recvmsg(fd, message, flags);
+  return count_received(fd, next::recvmsg(fd, message, flags), flags);
 }
 
 int recvmmsg(int fd, mmsghdr* messages, unsigned int count, int flags, timespec* timeout) {
-  return next::recvmmsg(fd, messages, count, flags, timeout);
+  if (auto connection = upgrade::connection_for_io(fd)) {
+    unsigned int done = 0;
+    for (; done < count; ++done) {
+      // After the first message, take only what is already here (as the kernel does).
+      const int each_flags = done == 0 ? (flags & ~MSG_WAITFORONE) : (flags | MSG_DONTWAIT);
+      const ssize_t got = connection->receive(
+          fd, {messages[done].msg_hdr.msg_iov, messages[done].msg_hdr.msg_iovlen}, each_flags);
+      if (got < 0) return done > 0 ? static_cast<int>(done) : -1;
+      messages[done].msg_len = static_cast<unsigned int>(got);
+      if (got == 0) return static_cast<int>(done + 1);
+    }
+    return static_cast<int>(done);
+  }
+  return count_messages(fd, next::recvmmsg(fd, messages, count, flags, timeout), messages,
+                        stats::Direction::received, flags);
 }
 
 ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
-  return next::sendfile(out_fd, in_fd, offset, count);
+  if (auto connection = upgrade::connection_for_io(out_fd)) {
+    off64_t position = offset != nullptr ? *offset : 0;
+    const ssize_t sent =
+        copy_into_connection(*connection, out_fd, in_fd, offset ? &position : nullptr, count);
+    if (offset != nullptr) *offset = static_cast<off_t>(position);
+    return sent;
+  }
+  return count_sent(out_fd, next::sendfile(out_fd, in_fd, offset, count));
 }
 
 ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
-  return next::sendfile64(out_fd, in_fd, offset, count);
+  if (auto connection = upgrade::connection_for_io(out_fd))
+    return copy_into_connection(*connection, out_fd, in_fd, offset, count);
+  return count_sent(out_fd, next::sendfile64(out_fd, in_fd, offset, count));
 }
 
 ssize_t splice(int in_fd, loff_t* in_offset, int out_fd, loff_t* out_offset, size_t count,
                unsigned int flags) {
-  return next::splice(in_fd, in_offset, out_fd, out_offset, count, flags);
+  if (auto connection = upgrade::connection_for_io(out_fd))
+    return copy_into_connection(*connection, out_fd, in_fd, in_offset, count);
+  if (auto connection = upgrade::connection_for_io(in_fd)) {
+    std::vector<char> buffer(std::min(count, kCopyChunk));
+    // Never take more than the pipe can hold at once, so nothing read is lost.
+    const ssize_t got = receive_through(*connection, in_fd, buffer.data(), buffer.size(),
+                                        (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0);
+    if (got <= 0) return got;
+    size_t written = 0;
+    while (written < static_cast<size_t>(got)) {
+      const ssize_t put = out_offset != nullptr
+                              ? ::pwrite64(out_fd, buffer.data() + written, got - written, *out_offset)
+                              : next::write(out_fd, buffer.data() + written, got - written);
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) return written > 0 ? static_cast<ssize_t>(written) : -1;
+      written += static_cast<size_t>(put);
+      if (out_offset != nullptr) *out_offset += put;
+    }
+    return got;
+  }
+  // One end is a pipe (its handle is 0): the bytes leave or enter the socket end.
+  const ssize_t moved = next::splice(in_fd, in_offset, out_fd, out_offset, count, flags);
+  count_received(in_fd, moved);
+  return count_sent(out_fd, moved);
 }
 
 }  // namespace qpsock::sockets
