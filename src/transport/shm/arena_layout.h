@@ -2,9 +2,10 @@
 // (never a named file) per endpoint, created by that endpoint (the owner) and
 // mapped by both. Three page-aligned parts:
 //
-//   [ ControlBlock | RegistrationEntry x kRegistrationSlots ]  owner writes; the peer maps it read-only
-//   [ InboxHeader  | uint32_t immediate slots                ]  the peer pushes immediates here
-//   [ receive ring                                           ]  the peer's eager writes land here
+//   [ ControlBlock | RegistrationEntry x kRegistrationSlots ]  owner writes; the peer maps it
+//   read-only [ InboxHeader  | uint32_t immediate slots                ]  the peer pushes
+//   immediates here [ receive ring                                           ]  the peer's eager
+//   writes land here
 //
 // Every field both processes touch after setup is a lock-free std::atomic
 // (address-free, so valid across two mappings in two processes).
@@ -31,8 +32,8 @@ struct ArenaLayout {
   uint32_t inbox_slots;            // a power of two >= notification_capacity
   uint64_t inbox_offset;
   uint64_t ring_offset;
-  uint64_t ring_capacity;          // the largest receive ring the owner can map
-  uint64_t size;                   // of the whole memfd
+  uint64_t ring_capacity;  // the largest receive ring the owner can map
+  uint64_t size;           // of the whole memfd
 
   // The layout for these capacities, with page-aligned parts.
   static ArenaLayout make(uint32_t notification_capacity, uint64_t ring_capacity);
@@ -66,9 +67,9 @@ enum class PublishedAccess : uint32_t { remote_write = 1, remote_read = 2 };
 // private memory, after) the access, so a deregistration revokes it at once
 // and a key from another connection or an old registration matches nothing.
 struct RegistrationEntry {
-  std::atomic<uint32_t> key;     // 0: free
-  std::atomic<uint32_t> access;  // PublishedAccess
-  std::atomic<uint64_t> address; // the owner's virtual address
+  std::atomic<uint32_t> key;      // 0: free
+  std::atomic<uint32_t> access;   // PublishedAccess
+  std::atomic<uint64_t> address;  // the owner's virtual address
   std::atomic<uint64_t> length;
   // The region's offset in the owner's arena, or kNotInArena: then the peer
   // reaches it with process_vm_readv.

@@ -4,9 +4,12 @@
 
 namespace qpsock::transport::shm {
 
-ImmediateSender::ImmediateSender(InboxHeader* inbox, std::atomic<uint32_t>* slots, const ArenaLayout& layout,
-                                 const std::atomic<uint64_t>* head)
-    : inbox_(inbox), slots_(slots), head_(head), capacity_(layout.notification_capacity),
+ImmediateSender::ImmediateSender(InboxHeader* inbox, std::atomic<uint32_t>* slots,
+                                 const ArenaLayout& layout, const std::atomic<uint64_t>* head)
+    : inbox_(inbox),
+      slots_(slots),
+      head_(head),
+      capacity_(layout.notification_capacity),
       mask_(layout.inbox_slots - 1) {}
 
 bool ImmediateSender::push(uint32_t immediate) {
@@ -14,16 +17,20 @@ bool ImmediateSender::push(uint32_t immediate) {
     head_seen_ = head_->load(std::memory_order_acquire);
     if (tail_ - head_seen_ >= capacity_) return false;
   }
-  // Relaxed: the release of the tail publishes it.
+  // Relaxed: the store of the tail publishes it. That store is seq_cst, as
+  // the consumer's check after arming is (wakeup.h): no lost wakeup.
   slots_[tail_ & mask_].store(immediate, std::memory_order_relaxed);
-  inbox_->tail.store(++tail_, std::memory_order_release);
+  inbox_->tail.store(++tail_, std::memory_order_seq_cst);
   return true;
 }
 
 ImmediateReceiver::ImmediateReceiver(const InboxHeader* inbox, const std::atomic<uint32_t>* slots,
                                      const ArenaLayout& layout, std::atomic<uint64_t>* head)
-    : inbox_(inbox), slots_(slots), published_head_(head),
-      capacity_(layout.notification_capacity), mask_(layout.inbox_slots - 1) {}
+    : inbox_(inbox),
+      slots_(slots),
+      published_head_(head),
+      capacity_(layout.notification_capacity),
+      mask_(layout.inbox_slots - 1) {}
 
 int ImmediateReceiver::pop(uint32_t& immediate) {
   if (head_ == tail_seen_) {

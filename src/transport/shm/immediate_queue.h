@@ -28,19 +28,20 @@ class ImmediateSender {
   const std::atomic<uint64_t>* head_ = nullptr;
   uint32_t capacity_ = 0;
   uint32_t mask_ = 0;
-  uint64_t tail_ = 0;         // ours: only we write the tail
-  uint64_t head_seen_ = 0;    // the head when we last looked
+  uint64_t tail_ = 0;       // ours: only we write the tail
+  uint64_t head_seen_ = 0;  // the head when we last looked
 };
 
 class ImmediateReceiver {
  public:
   ImmediateReceiver() = default;
-  ImmediateReceiver(const InboxHeader* inbox, const std::atomic<uint32_t>* slots, const ArenaLayout& layout,
-                    std::atomic<uint64_t>* head);
+  ImmediateReceiver(const InboxHeader* inbox, const std::atomic<uint32_t>* slots,
+                    const ArenaLayout& layout, std::atomic<uint64_t>* head);
   // 1 with an immediate, 0 if none is there, -EPROTO if the peer's tail
   // claims more than our capacity (a broken peer).
   int pop(uint32_t& immediate);
-  bool pending() const { return inbox_->tail.load(std::memory_order_acquire) != head_; }
+  // seq_cst: the check after arming (wakeup.h).
+  bool pending() const { return inbox_->tail.load(std::memory_order_seq_cst) != head_; }
 
  private:
   const InboxHeader* inbox_ = nullptr;

@@ -33,7 +33,7 @@ class LocalArena {
   }
   const std::atomic<uint32_t>* inbox_slots() const {
     return reinterpret_cast<const std::atomic<uint32_t>*>(shared_.data() + layout_.inbox_offset +
-                                             kInboxSlotsOffset);
+                                                          kInboxSlotsOffset);
   }
 
   // Maps the first `length` bytes of the ring part into `ring` (once, before

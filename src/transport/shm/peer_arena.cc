@@ -27,7 +27,8 @@ int PeerArena::map(int fd, std::unique_ptr<PeerArena>& arena) {
       layout.inbox_offset != control_size || !layout.consistent_with(file_size))
     return -EPROTO;
   made->layout_ = layout;
-  if (int error = made->writable_.map_shared(fd, layout.inbox_offset, layout.size - layout.inbox_offset);
+  if (int error =
+          made->writable_.map_shared(fd, layout.inbox_offset, layout.size - layout.inbox_offset);
       error < 0)
     return error;
   arena = std::move(made);

@@ -42,9 +42,8 @@ int PeerProcess::read(std::span<const iovec> destination, uint64_t address, size
   // once; no progress at all is an error.
   while (done < length) {
     iovec remote{reinterpret_cast<void*>(address + done), length - done};
-    const ssize_t got =
-        ::process_vm_readv(pid_, &local[first], static_cast<unsigned long>(destination.size() - first),
-                           &remote, 1, 0);
+    const ssize_t got = ::process_vm_readv(
+        pid_, &local[first], static_cast<unsigned long>(destination.size() - first), &remote, 1, 0);
     if (got < 0) return errno == ESRCH ? -ESRCH : -errno;
     if (got == 0) return -EFAULT;
     done += static_cast<size_t>(got);

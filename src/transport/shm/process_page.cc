@@ -13,7 +13,8 @@ namespace {
 
 ProcessPage* map_process_page() {
   const size_t length = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  void* mapping = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* mapping =
+      ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapping == MAP_FAILED) return nullptr;
   if (::madvise(mapping, length, MADV_WIPEONFORK) != 0) {
     ::munmap(mapping, length);
@@ -45,8 +46,7 @@ uint64_t current_epoch() {
   uint64_t epoch = page->epoch.load(std::memory_order_acquire);
   if (epoch != 0) return epoch;
   const uint64_t fresh = fresh_epoch();
-  if (page->epoch.compare_exchange_strong(epoch, fresh, std::memory_order_acq_rel))
-    return fresh;
+  if (page->epoch.compare_exchange_strong(epoch, fresh, std::memory_order_acq_rel)) return fresh;
   return epoch;  // another thread made it first
 }
 

@@ -47,7 +47,8 @@ int PtracerGrant::acquire(pid_t peer, ProcessPage* page, uint64_t epoch) {
   if (peer == ::getpid() || yama_ptrace_scope() != 1) return 0;
   GrantLock lock(*page);
   if (page->ptracer_users > 0 && page->ptracer != peer) return -EPERM;
-  if (page->ptracer_users == 0 && ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(peer), 0, 0, 0) != 0)
+  if (page->ptracer_users == 0 &&
+      ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(peer), 0, 0, 0) != 0)
     return -errno;
   page->ptracer = peer;
   ++page->ptracer_users;

@@ -24,19 +24,19 @@ int64_t RegistrationPublisher::publish(const void* address, size_t length, Publi
   if (closed_ || !in_epoch(page_, epoch_)) return -ECONNRESET;
   for (uint32_t slot = 0; slot < kRegistrationSlots; ++slot) {
     RegistrationEntry& published = entry(slot);
-    if (published.key.load(std::memory_order_relaxed) != 0) continue;
+    if (published.key.load() != 0) continue;
     uint32_t generation = (generations_[slot] + 1) & kGenerationMask;
     if (generation == 0) generation = 1;
     generations_[slot] = generation;
     const uint32_t key = generation << kSlotBits | slot;
-    // A seqlock's writer: the peer that read the old key and then these
-    // fields sees the key change when it looks again.
-    std::atomic_thread_fence(std::memory_order_release);
-    published.access.store(static_cast<uint32_t>(access), std::memory_order_relaxed);
-    published.address.store(reinterpret_cast<uintptr_t>(address), std::memory_order_relaxed);
-    published.length.store(length, std::memory_order_relaxed);
-    published.arena_offset.store(arena_offset, std::memory_order_relaxed);
-    published.key.store(key, std::memory_order_release);
+    // A seqlock's writer, all seq_cst (no fences: ThreadSanitizer does not
+    // model them): a peer that read the old key and then these fields sees
+    // the key change when it looks again.
+    published.access.store(static_cast<uint32_t>(access));
+    published.address.store(reinterpret_cast<uintptr_t>(address));
+    published.length.store(length);
+    published.arena_offset.store(arena_offset);
+    published.key.store(key);
     return key;
   }
   return -ENOSPC;
@@ -47,29 +47,28 @@ void RegistrationPublisher::revoke(uint32_t key) {
   if (!in_epoch(page_, epoch_)) return;
   RegistrationEntry& published = entry(slot_of(key));
   uint32_t expected = key;
-  published.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
+  published.key.compare_exchange_strong(expected, 0);
 }
 
 void RegistrationPublisher::revoke_all() {
   std::lock_guard lock(mutex_);
   if (!in_epoch(page_, epoch_)) return;
   closed_ = true;
-  for (uint32_t slot = 0; slot < kRegistrationSlots; ++slot)
-    entry(slot).key.store(0, std::memory_order_seq_cst);
+  for (uint32_t slot = 0; slot < kRegistrationSlots; ++slot) entry(slot).key.store(0);
 }
 
 int resolve_registration(const RegistrationEntry* table, stream::RemoteRegion region, size_t length,
                          PublishedAccess access, ResolvedRegion& resolved) {
   if (region.key == 0) return -EFAULT;
   const RegistrationEntry& published = table[slot_of(region.key)];
-  if (published.key.load(std::memory_order_acquire) != region.key) return -EFAULT;
-  const uint32_t granted = published.access.load(std::memory_order_relaxed);
-  const uint64_t begin = published.address.load(std::memory_order_relaxed);
-  const uint64_t extent = published.length.load(std::memory_order_relaxed);
-  const uint64_t arena_offset = published.arena_offset.load(std::memory_order_relaxed);
-  // A seqlock's reader: the fields belong to the key only if it is unchanged.
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (published.key.load(std::memory_order_relaxed) != region.key) return -EFAULT;
+  // A seqlock's reader (seq_cst loads are plain loads on x86): the fields
+  // belong to the key only if it is unchanged after them.
+  if (published.key.load() != region.key) return -EFAULT;
+  const uint32_t granted = published.access.load();
+  const uint64_t begin = published.address.load();
+  const uint64_t extent = published.length.load();
+  const uint64_t arena_offset = published.arena_offset.load();
+  if (published.key.load() != region.key) return -EFAULT;
   if (granted != static_cast<uint32_t>(access)) return -EFAULT;
   if (region.address < begin || length > extent || region.address - begin > extent - length)
     return -EFAULT;
@@ -80,8 +79,7 @@ int resolve_registration(const RegistrationEntry* table, stream::RemoteRegion re
 }
 
 bool still_published(const RegistrationEntry* table, uint32_t key) {
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return table[slot_of(key)].key.load(std::memory_order_acquire) == key;
+  return table[slot_of(key)].key.load() == key;
 }
 
 }  // namespace qpsock::transport::shm

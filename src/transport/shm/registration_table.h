@@ -26,7 +26,8 @@ class RegistrationPublisher {
   // Publishes [address, address + length) for `access`; `arena_offset` is
   // where it lies in our arena, or kNotInArena. The key, or -errno:
   // -ENOSPC when every slot is taken, -ECONNRESET after revoke_all().
-  int64_t publish(const void* address, size_t length, PublishedAccess access, uint64_t arena_offset);
+  int64_t publish(const void* address, size_t length, PublishedAccess access,
+                  uint64_t arena_offset);
   // Revokes at once: the peer's next access with `key` fails.
   void revoke(uint32_t key);
   // Revokes everything and refuses later publishing (disconnect).

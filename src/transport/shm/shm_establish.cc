@@ -22,9 +22,9 @@ constexpr uint32_t kLargestSlices = 64;
 struct Hello {
   uint64_t magic;
   uint32_t version;
-  uint32_t role;           // ShmRole
-  int32_t pid;             // as the sender sees itself (for logs)
-  int32_t status;          // 0, or the -errno its local setup failed with
+  uint32_t role;   // ShmRole
+  int32_t pid;     // as the sender sees itself (for logs)
+  int32_t status;  // 0, or the -errno its local setup failed with
   uint64_t arena_size;
   uint64_t probe_address;  // where the sender's probe word is, in its address space
   uint64_t reserved;
@@ -81,8 +81,14 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
   const Deadline deadline = std::chrono::steady_clock::now() + options.setup_timeout;
 
   const int local_status = transport->set_up_local(peer_pid);
-  Hello ours{kHelloMagic, kProtocolVersion, static_cast<uint32_t>(role), ::getpid(), local_status,
-             0, 0, 0};
+  Hello ours{kHelloMagic,
+             kProtocolVersion,
+             static_cast<uint32_t>(role),
+             ::getpid(),
+             local_status,
+             0,
+             0,
+             0};
   int ours_fds[2] = {-1, -1};
   if (local_status == 0) {
     ours.arena_size = transport->local_->layout().size;
@@ -113,7 +119,8 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
 
   // Both sides are set up: each now says whether it can use the other's.
   Verdict verdict = 0;
-  if (theirs.role == ours.role || fds_received != 2) verdict = -EPROTO;
+  if (theirs.role == ours.role || fds_received != 2)
+    verdict = -EPROTO;
   else
     verdict = transport->attach_peer(std::move(their_fds[0]), std::move(their_fds[1]),
                                      theirs.arena_size, theirs.probe_address);

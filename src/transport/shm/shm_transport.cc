@@ -216,8 +216,7 @@ bool ShmTransport::peer_death_due(WaiterState waiter) {
 
 bool ShmTransport::link_failed(bool look_for_death) {
   if (broken_) return true;
-  if (peer_arena_->control().closed.load(std::memory_order_acquire) != 0 ||
-      (look_for_death && peer_.exited())) {
+  if (peer_arena_->control().closed.load() != 0 || (look_for_death && peer_.exited())) {
     ErrnoGuard errno_guard;
     QPSOCK_LOG(debug, "shm: peer pid %d disconnected or exited", peer_.pid());
     break_link();
@@ -229,7 +228,7 @@ bool ShmTransport::link_failed(bool look_for_death) {
 bool ShmTransport::work_pending() const {
   if (!completions_.empty() || inbox_.pending()) return true;
   if (failure_reported_) return false;
-  return broken_ || peer_arena_->control().closed.load(std::memory_order_acquire) != 0;
+  return broken_ || peer_arena_->control().closed.load() != 0;
 }
 
 int ShmTransport::arm() {
@@ -255,7 +254,7 @@ void ShmTransport::break_link() {
   if (broken_ || local_ == nullptr) return;  // (or setup never got this far)
   broken_ = true;
   publisher_->revoke_all();
-  local_->control().closed.store(1, std::memory_order_release);
+  local_->control().closed.store(1);  // seq_cst: published before the wakeup (wakeup.h)
   // Tell the peer, then let go of its memory.
   if (peer_arena_ != nullptr) wake_if_armed(peer_arena_->inbox().waiter, peer_event_fd_.get());
   peer_arena_.reset();

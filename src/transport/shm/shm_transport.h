@@ -119,8 +119,8 @@ class ShmTransport final : public stream::Transport {
   //   -ETIMEDOUT  the peer did not answer within options.setup_timeout
   //   -ECONNRESET the side channel closed
   //   other       a system call failed (memfd_create, mmap, eventfd, pidfd_open)
-  static int establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
-                       const ShmOptions& options, std::unique_ptr<ShmTransport>& out);
+  static int establish(int side_channel_fd, ShmRole role, pid_t peer_pid, const ShmOptions& options,
+                       std::unique_ptr<ShmTransport>& out);
 
   ShmTransport(ConstructionKey, const ShmOptions& options);
   ~ShmTransport() override;
@@ -157,7 +157,6 @@ class ShmTransport final : public stream::Transport {
   // process_vm_readv, that the pid is the arena's owner and readable.
   int attach_peer(UniqueFd arena_fd, UniqueFd event_fd, uint64_t arena_size,
                   uint64_t probe_address);
-
 
   // --- shm_transport.cc ---
   bool in_owner_process() const { return in_epoch(page_, epoch_); }

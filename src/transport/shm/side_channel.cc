@@ -17,8 +17,8 @@ constexpr size_t kMostFds = 4;
 // Waits for `events` on `socket` until the deadline; 0 or -errno.
 int wait_for(int socket, short events, Deadline deadline) {
   for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return -ETIMEDOUT;
     pollfd watched{socket, events, 0};
     const int ready = next::poll(&watched, 1, static_cast<int>(left.count()));
@@ -39,7 +39,8 @@ size_t take_fds(msghdr& message, std::span<UniqueFd> fds, bool& overflow) {
     for (size_t index = 0; index < carried; ++index) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(header) + index * sizeof(int), sizeof(int));
-      if (count < fds.size()) fds[count++].reset(fd);
+      if (count < fds.size())
+        fds[count++].reset(fd);
       else {
         next::close(fd);
         overflow = true;

@@ -15,12 +15,9 @@ constexpr uint32_t state(WaiterState value) { return static_cast<uint32_t>(value
 }  // namespace
 
 void wake_if_armed(std::atomic<uint32_t>& waiter, int event_fd) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (waiter.load(std::memory_order_relaxed) != state(WaiterState::armed)) return;
+  if (waiter.load() != state(WaiterState::armed)) return;
   uint32_t expected = state(WaiterState::armed);
-  if (!waiter.compare_exchange_strong(expected, state(WaiterState::signalled),
-                                      std::memory_order_seq_cst))
-    return;
+  if (!waiter.compare_exchange_strong(expected, state(WaiterState::signalled))) return;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t written = next::write(event_fd, &one, sizeof(one));
 }
@@ -45,8 +42,7 @@ void Wakeup::forget_peer(int pidfd) {
 
 void Wakeup::arm(std::atomic<uint32_t>& waiter) {
   if (waiter.load(std::memory_order_relaxed) == state(WaiterState::signalled)) drain();
-  waiter.store(state(WaiterState::armed), std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  waiter.store(state(WaiterState::armed));
 }
 
 WaiterState Wakeup::consume(std::atomic<uint32_t>& waiter) {

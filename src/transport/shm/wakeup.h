@@ -7,8 +7,9 @@
 // it was signalled.
 //
 // No wakeup is lost: the owner stores `armed` and then looks for work, the
-// waker publishes work and then looks at the word, each with a full fence
-// between, so at least one of them sees the other.
+// waker publishes work and then looks at the word, and all four accesses are
+// seq_cst (not fences, which ThreadSanitizer does not model), so at least one
+// of them sees the other.
 //
 // The wait handle the engine sleeps on is an epoll set of the eventfd and the
 // peer's pidfd, so the peer's death wakes a sleeper too.
@@ -23,7 +24,7 @@ namespace qpsock::transport::shm {
 
 enum class WaiterState : uint32_t { idle = 0, armed = 1, signalled = 2 };
 
-// The waker's side: after publishing work (the fence is in here).
+// The waker's side: after publishing work with a seq_cst store.
 void wake_if_armed(std::atomic<uint32_t>& waiter, int event_fd);
 
 class Wakeup {
