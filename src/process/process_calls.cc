@@ -4,8 +4,10 @@
 
 #include <cerrno>
 
+#include "common/errno_guard.h"
 #include "libc/next_symbols.h"
 #include "process/inherited_environment.h"
+#include "stats/connection_stats.h"
 
 extern char** environ;
 
@@ -16,12 +18,21 @@ void on_library_load() {
   capture_inherited_environment();
 }
 
-pid_t fork() { return next::fork(); }
+pid_t fork() {
+  // The statistics rows of inherited connections must survive until the
+  // child has joined them (src/stats/registry.h).
+  stats::before_fork();
+  pid_t result = next::fork();
+  ErrnoGuard errno_guard;
+  stats::after_fork(result);
+  return result;
+}
 
 pid_t vfork() { return process::fork(); }
 
 int execve(const char* path, char* const argv[], char* const envp[]) {
   InheritedEnvironment environment(envp);
+  stats::before_exec();
   return next::execve(path, argv, environment.get());
 }
 
@@ -33,11 +44,13 @@ int execvp(const char* file, char* const argv[]) {
 
 int execvpe(const char* file, char* const argv[], char* const envp[]) {
   InheritedEnvironment environment(envp);
+  stats::before_exec();
   return next::execvpe(file, argv, environment.get());
 }
 
 int fexecve(int fd, char* const argv[], char* const envp[]) {
   InheritedEnvironment environment(envp);
+  stats::before_exec();
   return next::fexecve(fd, argv, environment.get());
 }
 

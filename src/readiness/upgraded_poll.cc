@@ -27,7 +27,7 @@ std::vector<Watched> upgraded_entries(const pollfd* fds, nfds_t count) {
     std::shared_ptr<upgrade::Connection> connection = upgrade::find_connection(fds[index].fd);
     if (connection == nullptr) continue;
     if (connection->phase() == upgrade::UpgradePhase::offered) {
-      connection->decline();
+      connection->decline("polled before the upgrade");
       QPSOCK_LOG(info, "fd %d: waited on before its upgrade; it stays on TCP", fds[index].fd);
     }
     if (connection->stream() != nullptr) watched.push_back({index, std::move(connection)});
@@ -163,7 +163,7 @@ void decline_upgrade_for_epoll(int fd) {
   std::shared_ptr<upgrade::Connection> connection = upgrade::find_connection(fd);
   if (connection == nullptr) return;
   if (connection->phase() == upgrade::UpgradePhase::offered) {
-    connection->decline();
+    connection->decline("registered with epoll before the upgrade");
     QPSOCK_LOG(info, "fd %d: registered with epoll before its upgrade; it stays on TCP", fd);
   } else if (connection->stream() != nullptr) {
     QPSOCK_LOG(warn, "fd %d: epoll on an upgraded socket is not supported yet; "

@@ -8,6 +8,15 @@
 
 namespace qpsock::sockets {
 
+struct ConnectionEndpoints {
+  sockaddr_storage local{};  // ss_family AF_UNSPEC when unknown
+  sockaddr_storage peer{};
+};
+
+// fd's local address (asked of the kernel) and its peer's (`peer` if given,
+// else asked of the kernel). Leaves errno as it was.
+void read_connection_endpoints(int fd, const sockaddr* peer, ConnectionEndpoints& endpoints);
+
 // Decides for a connection on `fd` (the peer address may be null: it is then
 // asked of the kernel) and logs the decision at info level. Loads the
 // configuration on first use, which reports any bad config line once. Leaves

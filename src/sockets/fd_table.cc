@@ -39,11 +39,12 @@ size_t capacity_from_rlimit() {
   return capacity;
 }
 
-std::atomic<uint64_t>* map_entries(size_t capacity) {
-  void* memory = mmap(nullptr, capacity * sizeof(std::atomic<uint64_t>), PROT_READ | PROT_WRITE,
+template <typename Entry>
+Entry* map_entries(size_t capacity) {
+  void* memory = mmap(nullptr, capacity * sizeof(Entry), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  // Zero-filled pages are valid atomics holding 0 (untracked).
-  return memory == MAP_FAILED ? nullptr : static_cast<std::atomic<uint64_t>*>(memory);
+  // Zero-filled pages are valid atomics holding 0 (untracked, no statistics).
+  return memory == MAP_FAILED ? nullptr : static_cast<Entry*>(memory);
 }
 
 // Never destroyed: other threads may still use sockets while the process exits.
@@ -58,40 +59,31 @@ constinit ProcessTableStorage process_table_storage;
 
 FdTable::FdTable(size_t capacity) : owns_mapping_(true) {
   capacity_.store(capacity, std::memory_order_relaxed);
-  entries_.store(map_entries(capacity), std::memory_order_release);
+  entries_.store(map_entries<Entry>(capacity), std::memory_order_release);
 }
 
 FdTable::~FdTable() {
   if (owns_mapping_ && entries_.load() != nullptr) {
-    munmap(entries_.load(), capacity_.load() * sizeof(std::atomic<uint64_t>));
+    munmap(entries_.load(), capacity_.load() * sizeof(Entry));
   }
 }
 
 FdTable& FdTable::process_table() { return process_table_storage.table; }
 
-std::atomic<uint64_t>* FdTable::entries() const {
-  std::atomic<uint64_t>* current = entries_.load(std::memory_order_acquire);
-  if (current != nullptr) [[likely]] return current;
+FdTable::Entry* FdTable::map_on_first_use() const {
   // First use. Racing threads (or a signal handler) each map; one wins, the
   // others unmap theirs. No lock, so nothing can deadlock here.
   ErrnoGuard errno_guard;
   size_t capacity = capacity_from_rlimit();
-  std::atomic<uint64_t>* mapped = map_entries(capacity);
+  Entry* mapped = map_entries<Entry>(capacity);
   if (mapped == nullptr) return nullptr;
   capacity_.store(capacity, std::memory_order_relaxed);
-  std::atomic<uint64_t>* expected = nullptr;
+  Entry* expected = nullptr;
   if (!entries_.compare_exchange_strong(expected, mapped, std::memory_order_acq_rel)) {
-    munmap(mapped, capacity * sizeof(std::atomic<uint64_t>));
+    munmap(mapped, capacity * sizeof(Entry));
     return expected;
   }
   return mapped;
-}
-
-std::atomic<uint64_t>* FdTable::slot(int fd) const {
-  std::atomic<uint64_t>* table = entries();
-  if (table == nullptr || fd < 0) return nullptr;
-  if (static_cast<size_t>(fd) >= capacity_.load(std::memory_order_relaxed)) return nullptr;
-  return &table[fd];
 }
 
 size_t FdTable::capacity() const {
@@ -100,7 +92,7 @@ size_t FdTable::capacity() const {
 }
 
 uint64_t FdTable::track_new(int fd, SocketKind kind, uint8_t family) {
-  std::atomic<uint64_t>* entry = slot(fd);
+  Entry* entry = slot(fd);
   if (entry == nullptr) {
     if (fd >= 0 && !reported_overflow.exchange(true)) {
       QPSOCK_LOG(warn, "fd %d is beyond the fd table (%zu entries, from RLIMIT_NOFILE); "
@@ -109,25 +101,36 @@ uint64_t FdTable::track_new(int fd, SocketKind kind, uint8_t family) {
     return 0;
   }
   uint64_t generation = next_generation.fetch_add(1, std::memory_order_relaxed);
-  entry->store(encode(FdRecord{kind, family, generation}), std::memory_order_release);
+  // A handle left by an fd closed behind our back (a raw syscall) must not
+  // count this socket's bytes.
+  entry->stats.store(0, std::memory_order_release);
+  entry->record.store(encode(FdRecord{kind, family, generation}), std::memory_order_release);
   return generation;
 }
 
 void FdTable::forget(int fd) {
-  if (std::atomic<uint64_t>* entry = slot(fd)) entry->store(0, std::memory_order_release);
+  if (Entry* entry = slot(fd)) {
+    entry->stats.store(0, std::memory_order_release);
+    entry->record.store(0, std::memory_order_release);
+  }
 }
 
 void FdTable::copy(int source, int destination) {
-  std::atomic<uint64_t>* to = slot(destination);
+  Entry* to = slot(destination);
   if (to == nullptr) return;
-  std::atomic<uint64_t>* from = slot(source);
-  to->store(from != nullptr ? from->load(std::memory_order_acquire) : 0,
-            std::memory_order_release);
+  Entry* from = slot(source);
+  to->record.store(from != nullptr ? from->record.load(std::memory_order_acquire) : 0,
+                   std::memory_order_release);
 }
 
 FdRecord FdTable::lookup(int fd) const {
-  std::atomic<uint64_t>* entry = slot(fd);
-  return entry != nullptr ? decode(entry->load(std::memory_order_acquire)) : FdRecord{};
+  Entry* entry = slot(fd);
+  return entry != nullptr ? decode(entry->record.load(std::memory_order_acquire)) : FdRecord{};
+}
+
+uint64_t FdTable::exchange_stats_handle(int fd, uint64_t handle) {
+  Entry* entry = slot(fd);
+  return entry != nullptr ? entry->stats.exchange(handle, std::memory_order_acq_rel) : 0;
 }
 
 }  // namespace qpsock::sockets

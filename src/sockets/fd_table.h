@@ -5,6 +5,9 @@
 // that fork left behind). The words live in an anonymous mapping sized from
 // RLIMIT_NOFILE's hard limit, made on first use; pages are only touched for
 // fds that are used. An fd beyond the table is simply never tracked.
+//
+// Beside each fd's record sits a second word: the fd's connection statistics
+// handle (src/stats), 0 when the connection is not recorded.
 #pragma once
 
 #include <atomic>
@@ -46,13 +49,35 @@ class FdTable {
   void copy(int source, int destination);
   FdRecord lookup(int fd) const;
 
+  // The fd's statistics handle (stats::Handle), 0 if none. forget() clears it.
+  uint64_t stats_handle(int fd) const {
+    const Entry* entry = slot(fd);
+    return entry != nullptr ? entry->stats.load(std::memory_order_acquire) : 0;
+  }
+  // Stores a new handle and returns the one it replaces.
+  uint64_t exchange_stats_handle(int fd, uint64_t handle);
+
   size_t capacity() const;
 
  private:
-  std::atomic<uint64_t>* slot(int fd) const;
-  std::atomic<uint64_t>* entries() const;
+  struct Entry {
+    std::atomic<uint64_t> record;  // see fd_table.cc for the encoding
+    std::atomic<uint64_t> stats;   // stats::Handle
+  };
+  Entry* slot(int fd) const {
+    Entry* table = entries();
+    if (table == nullptr || fd < 0) [[unlikely]] return nullptr;
+    if (static_cast<size_t>(fd) >= capacity_.load(std::memory_order_relaxed)) return nullptr;
+    return &table[fd];
+  }
+  Entry* entries() const {
+    Entry* current = entries_.load(std::memory_order_acquire);
+    if (current != nullptr) [[likely]] return current;
+    return map_on_first_use();
+  }
+  Entry* map_on_first_use() const;
 
-  mutable std::atomic<std::atomic<uint64_t>*> entries_{nullptr};
+  mutable std::atomic<Entry*> entries_{nullptr};
   mutable std::atomic<size_t> capacity_{0};
   bool owns_mapping_ = false;
 };

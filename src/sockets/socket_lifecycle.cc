@@ -4,6 +4,7 @@
 #include <sys/ioctl.h>
 #include <netinet/in.h>
 
+#include "sockets/connection_accounting.h"
 #include "sockets/connection_policy.h"
 #include "sockets/fd_table.h"
 #include "libc/next_symbols.h"
@@ -21,8 +22,9 @@ int record_accepted(int listener_fd, int accepted) {
     FdRecord listener = table().lookup(listener_fd);
     if (listener.tracked()) {
       table().track_new(accepted, listener.kind, listener.family);
-      if (decide_for_connection(accepted, config::Role::server).action == config::Action::offload)
-        upgrade::offer_server_upgrade(accepted);
+      const config::Decision decision = decide_for_connection(accepted, config::Role::server);
+      if (decision.action == config::Action::offload) upgrade::offer_server_upgrade(accepted);
+      record_connection(accepted, config::Role::server, decision);
     } else {
       table().forget(accepted);
     }
@@ -78,21 +80,28 @@ int accept4(int fd, sockaddr* address, socklen_t* length, int flags) {
 int connect(int fd, const sockaddr* address, socklen_t length) {
   // Decided before the SYN goes out: an upgradable client's side-channel
   // listener must exist before the server can first do I/O.
-  bool offered = false;
+  bool decided = false, offered = false;
+  config::Decision decision{config::Action::kernel, {}};
   if (address != nullptr && (address->sa_family == AF_INET || address->sa_family == AF_INET6) &&
-      table().lookup(fd).tracked() && upgrade::find_connection(fd) == nullptr &&
-      decide_for_connection(fd, config::Role::client, address).action == config::Action::offload) {
-    upgrade::offer_client_upgrade(fd);
-    offered = true;
+      table().lookup(fd).tracked() && upgrade::find_connection(fd) == nullptr) {
+    decision = decide_for_connection(fd, config::Role::client, address);
+    decided = true;
+    if (decision.action == config::Action::offload) {
+      upgrade::offer_client_upgrade(fd);
+      offered = true;
+    }
   }
   int result = next::connect(fd, address, length);
-  if (offered && result != 0 && errno != EINPROGRESS) upgrade::withdraw_upgrade(fd);
+  const bool established = result == 0 || errno == EINPROGRESS;
+  if (offered && !established) upgrade::withdraw_upgrade(fd);
+  if (decided && established) record_connection(fd, config::Role::client, decision);
   return result;
 }
 
 int close(int fd) {
   // Forget first: until the kernel closes the fd no other socket can take its
   // number, so the record can never be cleared from under a new socket.
+  record_fd_close(fd);
   table().forget(fd);
   upgrade::connection_closing(fd);
   return next::close(fd);
@@ -107,6 +116,7 @@ int dup(int fd) {
   int duplicate = next::dup(fd);
   if (duplicate >= 0) {
     table().copy(fd, duplicate);
+    record_fd_copy(fd, duplicate);
     upgrade::copy_connection(fd, duplicate);
   }
   return duplicate;
@@ -116,6 +126,7 @@ int dup2(int old_fd, int new_fd) {
   int result = next::dup2(old_fd, new_fd);
   if (result >= 0 && old_fd != new_fd) {
     table().copy(old_fd, new_fd);
+    record_fd_copy(old_fd, new_fd);
     upgrade::copy_connection(old_fd, new_fd);
   }
   return result;
@@ -125,6 +136,7 @@ int dup3(int old_fd, int new_fd, int flags) {
   int result = next::dup3(old_fd, new_fd, flags);
   if (result >= 0) {
     table().copy(old_fd, new_fd);
+    record_fd_copy(old_fd, new_fd);
     upgrade::copy_connection(old_fd, new_fd);
   }
   return result;
@@ -134,6 +146,7 @@ int fcntl(int fd, int command, long argument) {
   int result = next::fcntl(fd, command, argument);
   if (result >= 0 && (command == F_DUPFD || command == F_DUPFD_CLOEXEC)) {
     table().copy(fd, result);
+    record_fd_copy(fd, result);
     upgrade::copy_connection(fd, result);
   }
   return result;

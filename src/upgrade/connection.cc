@@ -22,11 +22,37 @@ bool Connection::begin_negotiation() {
                                         std::memory_order_acq_rel);
 }
 
-void Connection::decline() {
+void Connection::decline(const char* reason) {
   UpgradePhase current = phase_.load(std::memory_order_acquire);
   while (current == UpgradePhase::offered || current == UpgradePhase::negotiating) {
-    if (phase_.compare_exchange_weak(current, UpgradePhase::declined, std::memory_order_acq_rel))
+    if (phase_.compare_exchange_weak(current, UpgradePhase::declined, std::memory_order_acq_rel)) {
+      decline_reason_.store(reason, std::memory_order_release);
+      report_path();
       return;
+    }
+  }
+}
+
+void Connection::attach_statistics(stats::Handle handle) {
+  statistics_.store(handle, std::memory_order_release);
+  report_path();
+}
+
+void Connection::report_path() {
+  const stats::Handle handle = statistics_.load(std::memory_order_acquire);
+  if (handle == 0) return;
+  switch (phase()) {
+    case UpgradePhase::offered:
+    case UpgradePhase::negotiating:
+      return;  // still pending, as recorded
+    case UpgradePhase::established:
+      stats::set_path(handle, offloaded_path_, "upgraded to shared memory");
+      return;
+    case UpgradePhase::declined: {
+      const char* reason = decline_reason_.load(std::memory_order_acquire);
+      stats::set_path(handle, stats::Path::kernel, reason != nullptr ? reason : "upgrade declined");
+      return;
+    }
   }
 }
 
@@ -50,6 +76,7 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   });
   stream_installed_.store(raw, std::memory_order_release);
   phase_.store(UpgradePhase::established, std::memory_order_release);
+  report_path();
 }
 
 int Connection::readable_bytes(int fd, int& bytes) {

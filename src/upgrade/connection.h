@@ -25,6 +25,7 @@
 #include <span>
 
 #include "config/rule.h"
+#include "stats/connection_stats.h"
 #include "stream/stream.h"
 #include "upgrade/handshake_messages.h"
 
@@ -48,7 +49,12 @@ class Connection {
   UpgradePhase phase() const { return phase_.load(std::memory_order_acquire); }
   // offered -> negotiating; false if another thread already started (or it is over).
   bool begin_negotiation();
-  void decline();
+  // Stays on TCP for good; `reason` (a string literal) goes to qpsock-stat.
+  void decline(const char* reason);
+  // The statistics row of the connection (the socket layer records it once
+  // connect or accept has succeeded, which may be after the upgrade ended):
+  // the Connection keeps its path and counts the bytes it moves on each.
+  void attach_statistics(stats::Handle handle);
   const BindingToken& expected_token() const { return expected_token_; }
   // Installs the stream (the handshake's last step before "ready").
   void install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token, int tcp_fd);
@@ -84,9 +90,22 @@ class Connection {
   // Reads the rest of the binding token from TCP: 1 done, 0 not yet, -errno.
   int take_token_locked(int fd);
   void stash_token_bytes_locked(std::span<const iovec> buffers, size_t from, size_t count);
+  // Tells the statistics row the path the phase implies (idempotent: both
+  // the phase change and attach_statistics call it, in either order).
+  void report_path();
+  void count_sent(ssize_t bytes, stats::Path path) const {
+    if (bytes > 0) stats::add_sent(statistics_.load(std::memory_order_acquire), static_cast<uint64_t>(bytes), path);
+  }
+  void count_received(ssize_t bytes, stats::Path path) const {
+    if (bytes > 0) stats::add_received(statistics_.load(std::memory_order_acquire), static_cast<uint64_t>(bytes), path);
+  }
 
   const config::Role role_;
   std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
+  std::atomic<stats::Handle> statistics_{0};
+  std::atomic<const char*> decline_reason_{nullptr};
+  // The path of the stream's bytes (the transport's kind).
+  stats::Path offloaded_path_ = stats::Path::shm;
   BindingToken expected_token_{};  // the peer writes it into TCP to us
   BindingToken peer_token_{};      // we write it into TCP to the peer
   std::unique_ptr<stream::Stream> stream_;

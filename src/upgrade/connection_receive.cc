@@ -133,14 +133,19 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
         got = static_cast<ssize_t>(left);
       }
     }
-    if (!peeking) tcp_received_ += static_cast<uint64_t>(got);
+    if (!peeking) {
+      tcp_received_ += static_cast<uint64_t>(got);
+      count_received(got, stats::Path::kernel);
+    }
     if (got > 0) return got;
   }
 }
 
 ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flags, bool blocking) {
   const ssize_t got = stream()->receive(buffers, flags, blocking);
-  return got >= 0 ? got : failed(got);
+  if (got < 0) return failed(got);
+  if ((flags & MSG_PEEK) == 0) count_received(got, offloaded_path_);
+  return got;
 }
 
 void Connection::learn_switch_point_locked() {

@@ -80,6 +80,7 @@ ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags
   const ssize_t sent = next::sendmsg(fd, &message, flags);
   const int saved_errno = errno;
   if (sent > 0) tcp_sent_.fetch_add(static_cast<uint64_t>(sent), std::memory_order_relaxed);
+  count_sent(sent, stats::Path::kernel);
   send_gate_.fetch_sub(1, std::memory_order_acq_rel);
   errno = saved_errno;
   return sent;
@@ -100,8 +101,11 @@ void Connection::try_switch_sending(int fd) {
     // The peer never learns of a switch: the connection simply stays on TCP.
     QPSOCK_LOG(warn, "fd %d: the upgraded stream failed before the switch (%zd); staying on TCP",
                fd, sent);
-    decline();
+    decline("the stream failed before the switch");
     send_switch_allowed_.store(false, std::memory_order_release);
+    if (!receiving_switched())
+      stats::set_path(statistics_.load(std::memory_order_acquire), stats::Path::kernel,
+                      "the stream failed before the switch");
     send_gate_.store(0, std::memory_order_release);
     return;
   }
@@ -117,7 +121,10 @@ void Connection::try_switch_sending(int fd) {
 
 ssize_t Connection::send_over_stream(std::span<const iovec> data, int flags, bool blocking) {
   const ssize_t sent = stream()->send(data, flags & ~MSG_NOSIGNAL, blocking);
-  if (sent >= 0) return sent;
+  if (sent >= 0) {
+    count_sent(sent, offloaded_path_);
+    return sent;
+  }
   if (sent == -EPIPE && (flags & MSG_NOSIGNAL) == 0) raise_sigpipe();
   errno = static_cast<int>(-sent);
   return -1;

@@ -31,20 +31,20 @@ void try_server_upgrade(int fd, Connection& connection) {
   int result = find_peer_socket_inode(fd, client_inode);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: the peer is not a socket on this host (%d); stays on TCP", fd, result);
-    connection.decline();
+    connection.decline("the peer is not on this host");
     return;
   }
   const int side_fd = connect_for_upgrade(client_inode);
   if (side_fd < 0) {
     QPSOCK_LOG(info, "fd %d: the peer does not run qpsock (%d); stays on TCP", fd, side_fd);
-    connection.decline();
+    connection.decline("the peer does not run qpsock");
     return;
   }
   result = run_handshake(connection, fd, side_fd, client_inode, upgrade_deadline());
   next::close(side_fd);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: upgrade declined (%d); stays on TCP", fd, result);
-    connection.decline();
+    connection.decline("the upgrade handshake failed");
     return;
   }
   QPSOCK_LOG(info, "fd %d: upgraded to shared memory", fd);
@@ -69,7 +69,7 @@ void offer_client_upgrade(int fd) {
 
 void withdraw_upgrade(int fd) {
   ErrnoGuard errno_guard;
-  if (auto connection = detach_connection(fd)) connection->decline();
+  if (auto connection = detach_connection(fd)) connection->decline("connect failed");
 }
 
 void offer_server_upgrade(int fd) {
@@ -93,6 +93,12 @@ std::shared_ptr<Connection> connection_for_io(int fd) {
     return nullptr;
   }
   return connection;
+}
+
+void attach_statistics(int fd, stats::Handle handle) {
+  if (handle == 0 || !any_connections()) return;
+  if (std::shared_ptr<Connection> connection = find_connection(fd))
+    connection->attach_statistics(handle);
 }
 
 void connection_closing(int fd) {

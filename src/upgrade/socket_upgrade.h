@@ -25,5 +25,7 @@ std::shared_ptr<Connection> connection_for_io(int fd);
 // close(): the last fd of this process on an upgraded socket ends its stream
 // (and makes the kernel reset the connection if data was left unread).
 void connection_closing(int fd);
+// fd's connection has statistics row `handle` (a no-op for a socket with no Connection).
+void attach_statistics(int fd, stats::Handle handle);
 
 }  // namespace qpsock::upgrade

@@ -61,16 +61,16 @@ UpgradeAgent& agent() {
   return *instance;
 }
 
-void close_offer(const Offer& offer) {
+void close_offer(const Offer& offer, const char* reason) {
   next::close(offer.listener_fd);
-  if (auto connection = offer.connection.lock()) connection->decline();
+  if (auto connection = offer.connection.lock()) connection->decline(reason);
 }
 
 void UpgradeAgent::offer(Offer offer) {
   std::unique_lock lock(mutex_);
   if (!start_locked()) {
     lock.unlock();
-    close_offer(offer);
+    close_offer(offer, "the upgrade agent could not start");
     return;
   }
   epoll_event event{};
@@ -78,7 +78,7 @@ void UpgradeAgent::offer(Offer offer) {
   event.data.fd = offer.listener_fd;
   if (next::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, offer.listener_fd, &event) != 0) {
     lock.unlock();
-    close_offer(offer);
+    close_offer(offer, "the upgrade agent could not watch the side channel");
     return;
   }
   offers_.push_back(std::move(offer));
@@ -147,7 +147,7 @@ void UpgradeAgent::run() {
     }
     for (const Offer& offer : expired) {
       QPSOCK_LOG(debug, "fd %d: no qpsock server came to upgrade it; it stays on TCP", offer.tcp_fd);
-      close_offer(offer);
+      close_offer(offer, "no qpsock peer came within upgrade_timeout");
     }
     for (Offer& offer : answering) answer(std::move(offer));
   }
@@ -160,7 +160,7 @@ void UpgradeAgent::answer(Offer offer) {
   std::shared_ptr<Connection> connection = offer.connection.lock();
   if (side_fd < 0 || connection == nullptr || !connection->begin_negotiation()) {
     if (side_fd >= 0) next::close(side_fd);
-    if (connection) connection->decline();
+    if (connection) connection->decline("the side channel failed");
     return;
   }
   // The application may have closed the fd and reused its number since.
@@ -172,7 +172,7 @@ void UpgradeAgent::answer(Offer offer) {
   next::close(side_fd);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: upgrade declined (%d); the connection stays on TCP", offer.tcp_fd, result);
-    connection->decline();
+    connection->decline("the upgrade handshake failed");
     return;
   }
   QPSOCK_LOG(info, "fd %d: upgraded to shared memory", offer.tcp_fd);

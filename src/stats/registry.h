@@ -1,0 +1,149 @@
+// The statistics registry: one process's view of the statistics files it
+// writes to (stats_file_format.h). Lock-free and allocation-free after the
+// file exists, so the interposer may call it from any thread and from signal
+// handlers; errno is left alone.
+//
+// Handles. A connection is named by a Handle: which file ("view"), which
+// slot, and the slot's generation when it was opened. A slot that has been
+// freed and reused has a new generation, so a stale handle (an fd closed by
+// another thread mid-call) finds nothing instead of corrupting another
+// connection's numbers. 0 is never a valid handle: "not recorded".
+//
+// References. Each fd of this process that refers to the connection holds a
+// reference (open gives the first, dup adds one, close drops one). The
+// counts are private to the process; the shared slot lists the pids of the
+// processes holding it. The slot is freed when the last process lets go.
+//
+// fork. The child inherits the parent's sockets and its mappings, and so its
+// handles: bytes the child moves on an inherited connection are counted in
+// the parent's file, in the same row, and the child's pid joins the row's
+// users. Connections the child opens itself go to a file of its own, made on
+// first use. Between fork and the child entering its pid, the parent marks
+// the slots "in flight" (pending_forks), so a parent that closes its copy at
+// once (a forking server) cannot free the row under the child. No lock is
+// held across fork.
+//
+// exec and exit. A process that execs or exits lets go of every connection
+// (the new program image starts with no records); its file is removed unless
+// a child still uses a row in it, in which case qpsock-stat removes it once
+// every user is gone.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "stats/stats_file.h"
+#include "stats/stats_file_format.h"
+
+namespace qpsock::stats {
+
+using format::Path;
+using format::Role;
+using Handle = uint64_t;
+
+enum class Direction { sent = format::kSent, received = format::kReceived };
+
+class Registry {
+ public:
+  // The process's registry: the runtime directory and the default slot count.
+  constexpr Registry() = default;
+  // A registry writing into `directory` with `slot_count` slots (tests).
+  Registry(const char* directory, uint32_t slot_count);
+  // Lets go of every connection and unmaps what this object mapped (tests;
+  // the process's registry is never destroyed).
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Records a new connection; 0 when it cannot (no directory, table full).
+  // `decision` says what the configuration decided, `reason` why the
+  // connection is on `path`; both are truncated to fit.
+  Handle open(const sockaddr* local, const sockaddr* peer, Role role, Path path,
+              const char* decision, const char* reason);
+  // The connection is on `path` now, because of `reason`.
+  void set_path(Handle handle, Path path, const char* reason);
+  // set_path only if the connection is still pending; true if it changed.
+  bool settle_pending(Handle handle, Path path, const char* reason);
+  // The current path; Path::kernel for a handle that is no longer valid.
+  Path path(Handle handle) const;
+  // Bytes moved over `path` (kernel: TCP; shm or rdma: offloaded).
+  void add_bytes(Handle handle, Direction direction, Path path, uint64_t bytes) {
+    if (format::Slot* slot = find(handle)) [[likely]] {
+      const int family = path == Path::kernel || path == Path::pending ? format::kTcp : format::kOffloaded;
+      slot->bytes[static_cast<int>(direction)][family].fetch_add(bytes, std::memory_order_relaxed);
+    }
+  }
+  // Another fd of this process refers to the connection (dup).
+  void add_reference(Handle handle);
+  // One fd of this process no longer does (close); the last one frees the slot.
+  void close(Handle handle);
+
+  // fork(2), around the real call, from the fork wrapper.
+  void before_fork();
+  void after_fork_in_parent(bool fork_failed);
+  void after_fork_in_child();
+  // exec and exit: lets go of everything; removes this process's file unless
+  // another process still uses a row in it. No new file is made afterwards.
+  void release_all();
+
+  // This process's own file ("" until it exists) and its header (null until then).
+  const char* file_path() const;
+  const format::FileHeader* header() const;
+  // The slot behind a valid handle, else null (qpsock-stat's tests; the hot path).
+  format::Slot* find(Handle handle) const {
+    const uint64_t view_plus_one = handle >> 61;
+    if (view_plus_one == 0) return nullptr;
+    const View& view = views_[view_plus_one - 1];
+    void* mapping = view.file.mapping;
+    const uint32_t index = static_cast<uint32_t>(handle >> 32) & 0xffff;
+    if (mapping == nullptr || index >= view.slot_count) return nullptr;
+    format::Slot* slot = &format::slots_of(mapping)[index];
+    const uint64_t state = slot->state.load(std::memory_order_acquire);
+    if (format::state_of(state) != format::SlotState::open ||
+        static_cast<uint32_t>(format::generation_of(state)) != static_cast<uint32_t>(handle)) {
+      return nullptr;
+    }
+    return slot;
+  }
+
+ private:
+  static constexpr int kViews = 8;
+  // own_view_ values other than a view index.
+  static constexpr int kNoFile = -1, kCreating = -2, kUnavailable = -3;
+  // Bit of a local reference count: the slot is marked in flight to a fork child.
+  static constexpr uint32_t kForkMark = 1u << 31;
+
+  struct View {
+    StatsFile file;      // mapping set once, before own_view_ publishes it
+    uint32_t slot_count = 0;
+    // This process's references per slot (private memory: a child gets a copy).
+    std::atomic<uint32_t>* references = nullptr;
+    std::atomic<uint32_t> cursor{0};  // next-fit: a freed slot is reused as late as possible
+    bool mapped_here = false;          // by this object (tests unmap it)
+  };
+
+  int own_view();
+  int create_own_view();
+  pid_t current_pid();
+  void join(format::Slot& slot);
+  void leave(format::Slot& slot, uint64_t state);
+  // Frees the slot if no process uses it and no fork child is entering it.
+  void free_if_unused(format::Slot& slot, uint64_t state);
+  void drop_reference(View& view, uint32_t index);
+
+  View views_[kViews];
+  std::atomic<int> own_view_{kNoFile};
+  std::atomic<pid_t> pid_{0};
+  std::atomic<bool> forking_{false};
+  std::atomic<bool> reported_full_{false};
+  const char* directory_ = nullptr;  // null: the runtime directory
+  uint32_t slot_count_ = format::kDefaultSlotCount;
+};
+
+// A handle's parts (tests).
+inline uint32_t handle_index(Handle handle) { return static_cast<uint32_t>(handle >> 32) & 0xffff; }
+
+}  // namespace qpsock::stats

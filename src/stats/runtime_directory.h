@@ -1,0 +1,19 @@
+// Where this process's statistics file goes: $QPSOCK_STAT_DIR if set, else
+// /run/qpsock if this process can write there, else /tmp/qpsock-<uid>.
+// Directories qpsock makes are mode 0700, and a /tmp/qpsock-<uid> that is
+// not a real directory owned by this user is refused (another user could
+// have made it to read our files).
+#pragma once
+
+#include <cstddef>
+
+namespace qpsock::stats {
+
+inline constexpr const char* kStatDirectoryVariable = "QPSOCK_STAT_DIR";
+inline constexpr const char* kSystemStatDirectory = "/run/qpsock";
+
+// Writes the directory into `path` (made if missing); false if there is no
+// usable one. No allocation.
+bool prepare_runtime_directory(char* path, size_t size);
+
+}  // namespace qpsock::stats
