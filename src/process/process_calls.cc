@@ -1,12 +1,14 @@
 #include "process/process_calls.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 
 #include "common/errno_guard.h"
 #include "libc/next_symbols.h"
 #include "process/inherited_environment.h"
+#include "upgrade/socket_upgrade.h"
 #include "stats/connection_stats.h"
 
 extern char** environ;
@@ -32,6 +34,8 @@ pid_t vfork() { return process::fork(); }
 
 int execve(const char* path, char* const argv[], char* const envp[]) {
   InheritedEnvironment environment(envp);
+  // An exec that is bound to fail leaves the process, and its connections, as they were.
+  if (path != nullptr && access(path, X_OK) == 0) upgrade::connections_before_exec();
   stats::before_exec();
   return next::execve(path, argv, environment.get());
 }
@@ -44,12 +48,14 @@ int execvp(const char* file, char* const argv[]) {
 
 int execvpe(const char* file, char* const argv[], char* const envp[]) {
   InheritedEnvironment environment(envp);
+  upgrade::connections_before_exec();
   stats::before_exec();
   return next::execvpe(file, argv, environment.get());
 }
 
 int fexecve(int fd, char* const argv[], char* const envp[]) {
   InheritedEnvironment environment(envp);
+  upgrade::connections_before_exec();
   stats::before_exec();
   return next::fexecve(fd, argv, environment.get());
 }

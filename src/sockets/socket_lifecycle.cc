@@ -1,8 +1,11 @@
 #include "sockets/socket_lifecycle.h"
 
 #include <fcntl.h>
-#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
+
+#include <cstring>
 
 #include "sockets/connection_accounting.h"
 #include "sockets/connection_policy.h"
@@ -153,9 +156,12 @@ int fcntl(int fd, int command, long argument) {
 }
 
 int ioctl(int fd, unsigned long request, void* argument) {
-  if (request == FIONREAD && argument != nullptr) {
+  // FIONREAD is SIOCINQ, TIOCOUTQ is SIOCOUTQ.
+  if ((request == FIONREAD || request == SIOCOUTQ) && argument != nullptr) {
     if (auto connection = upgrade::connection_for_io(fd)) {
-      const int error = connection->readable_bytes(fd, *static_cast<int*>(argument));
+      int& bytes = *static_cast<int*>(argument);
+      const int error = request == FIONREAD ? connection->readable_bytes(fd, bytes)
+                                            : connection->unsent_bytes(fd, bytes);
       if (error == 0) return 0;
       errno = -error;
       return -1;
@@ -165,6 +171,19 @@ int ioctl(int fd, unsigned long request, void* argument) {
 }
 
 int getsockopt(int fd, int level, int name, void* value, socklen_t* length) {
+  if (level == SOL_SOCKET && name == SO_ERROR && value != nullptr && length != nullptr &&
+      *length >= static_cast<socklen_t>(sizeof(int))) {
+    if (auto connection = upgrade::connection_for_io(fd)) {
+      int pending = 0;
+      if (const int error = connection->take_error(fd, pending); error < 0) {
+        errno = -error;
+        return -1;
+      }
+      memcpy(value, &pending, sizeof(pending));
+      *length = sizeof(pending);
+      return 0;
+    }
+  }
   return next::getsockopt(fd, level, name, value, length);
 }
 

@@ -97,6 +97,23 @@ int Connection::readable_bytes(int fd, int& bytes) {
   return 0;
 }
 
+int Connection::unsent_bytes(int fd, int& bytes) {
+  if (sending_switched()) {
+    bytes = static_cast<int>(stream()->unsent_bytes());
+    return 0;
+  }
+  return next::ioctl(fd, SIOCOUTQ, &bytes) == 0 ? 0 : -errno;
+}
+
+int Connection::take_error(int fd, int& error) {
+  if (stream::Stream* current = stream(); current != nullptr && switched()) {
+    error = current->take_error();
+    if (error != 0) return 0;
+  }
+  socklen_t length = sizeof(error);
+  return next::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? 0 : -errno;
+}
+
 int Connection::shutdown(int fd, int how) {
   stream::Stream* current = stream();
   if (current != nullptr) {

@@ -71,8 +71,13 @@ class Connection {
   // Null until established.
   stream::Stream* stream() const { return stream_installed_.load(std::memory_order_acquire); }
 
-  // FIONREAD / SIOCINQ for a switched receiving direction.
+  // FIONREAD / SIOCINQ: the application's bytes waiting to be read.
   int readable_bytes(int fd, int& bytes);
+  // SIOCOUTQ / TIOCOUTQ: bytes written and not yet taken by the peer.
+  int unsent_bytes(int fd, int& bytes);
+  // getsockopt(SO_ERROR): the stream's pending error if it has one (taken,
+  // as the kernel clears it), else the kernel's.
+  int take_error(int fd, int& error);
   // shutdown(2) on the socket: mirrors onto the stream where switched.
   int shutdown(int fd, int how);
   // The last fd of this process on the socket is closing: flush and end the

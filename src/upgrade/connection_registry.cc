@@ -91,6 +91,21 @@ void copy_connection(int source, int destination) {
   attach_connection(destination, std::move(shared));
 }
 
+bool visit_connections(void (*visit)(int fd, Connection& connection)) {
+  Registry& entries = registry();
+  if (entries.count.load(std::memory_order_acquire) == 0) return true;
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &previous);
+  const bool locked = entries.mutex.try_lock();
+  if (locked) {
+    for (const auto& [fd, connection] : entries.by_fd) visit(fd, *connection);
+    entries.mutex.unlock();
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return locked;
+}
+
 bool connection_in_use(const Connection* connection) {
   Registry& entries = registry();
   RegistryLock lock(entries.mutex);

@@ -19,5 +19,9 @@ std::shared_ptr<Connection> detach_connection(int fd);
 void copy_connection(int source, int destination);
 // Whether `connection` is still attached to any fd.
 bool connection_in_use(const Connection* connection);
+// Calls visit(fd, connection) for every entry, under the registry's lock
+// (visit must not block or touch the registry). Skipped, returning false,
+// if the lock is taken: exec in a child forked while another thread held it.
+bool visit_connections(void (*visit)(int fd, Connection& connection));
 
 }  // namespace qpsock::upgrade

@@ -1,5 +1,7 @@
 #include "upgrade/socket_upgrade.h"
 
+#include <fcntl.h>
+
 #include <cerrno>
 
 #include "common/errno_guard.h"
@@ -8,6 +10,7 @@
 #include "libc/next_symbols.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/handshake.h"
+#include "upgrade/io_uring_detector.h"
 #include "upgrade/side_channel.h"
 #include "upgrade/socket_identity.h"
 #include "upgrade/upgrade_agent.h"
@@ -27,6 +30,12 @@ bool same_host_allowed() {
 
 // The server's side: connect to the client's listener and run the handshake.
 void try_server_upgrade(int fd, Connection& connection) {
+  // Checked here, in the process that does the I/O (a forked child may differ).
+  if (process_uses_io_uring()) {
+    QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
+    connection.decline("the process uses io_uring");
+    return;
+  }
   uint64_t client_inode = 0;
   int result = find_peer_socket_inode(fd, client_inode);
   if (result < 0) {
@@ -36,8 +45,8 @@ void try_server_upgrade(int fd, Connection& connection) {
   }
   const int side_fd = connect_for_upgrade(client_inode);
   if (side_fd < 0) {
-    QPSOCK_LOG(info, "fd %d: the peer does not run qpsock (%d); stays on TCP", fd, side_fd);
-    connection.decline("the peer does not run qpsock");
+    QPSOCK_LOG(info, "fd %d: the peer offers no upgrade (%d); stays on TCP", fd, side_fd);
+    connection.decline("the peer offers no upgrade (no qpsock, or it declined)");
     return;
   }
   result = run_handshake(connection, fd, side_fd, client_inode, upgrade_deadline());
@@ -52,18 +61,39 @@ void try_server_upgrade(int fd, Connection& connection) {
 
 }  // namespace
 
+namespace {
+
+// Why a connection the configuration offloads cannot be offered here, or null.
+const char* reason_not_to_offer() {
+  if (!same_host_allowed()) return "same-host upgrades are off (same_host = kernel)";
+  if (process_uses_io_uring()) return "the process uses io_uring";
+  return nullptr;
+}
+
+}  // namespace
+
 void offer_client_upgrade(int fd) {
   ErrnoGuard errno_guard;
-  if (!same_host_allowed()) return;
+  // A connection that cannot be offered still gets a (declined) Connection:
+  // it carries the reason to qpsock-stat, and the first data call drops it.
+  auto connection = std::make_shared<Connection>(config::Role::client);
+  attach_connection(fd, connection);
+  if (const char* reason = reason_not_to_offer()) {
+    QPSOCK_LOG(info, "fd %d: %s; stays on TCP", fd, reason);
+    connection->decline(reason);
+    return;
+  }
   uint64_t inode = 0;
-  if (socket_inode_of_fd(fd, inode) < 0) return;
+  if (socket_inode_of_fd(fd, inode) < 0) {
+    connection->decline("the socket's identity could not be read");
+    return;
+  }
   const int listener = listen_for_upgrade(inode);
   if (listener < 0) {
     QPSOCK_LOG(info, "fd %d: no side-channel listener (%d); stays on TCP", fd, listener);
+    connection->decline("no side-channel listener");
     return;
   }
-  auto connection = std::make_shared<Connection>(config::Role::client);
-  attach_connection(fd, connection);
   offer_upgrade(listener, fd, inode, connection, upgrade_deadline());
 }
 
@@ -74,8 +104,10 @@ void withdraw_upgrade(int fd) {
 
 void offer_server_upgrade(int fd) {
   ErrnoGuard errno_guard;
-  if (!same_host_allowed()) return;
-  attach_connection(fd, std::make_shared<Connection>(config::Role::server));
+  auto connection = std::make_shared<Connection>(config::Role::server);
+  attach_connection(fd, connection);
+  // io_uring is checked at the first I/O, in the process that does it.
+  if (!same_host_allowed()) connection->decline("same-host upgrades are off (same_host = kernel)");
 }
 
 std::shared_ptr<Connection> connection_for_io(int fd) {
@@ -93,6 +125,27 @@ std::shared_ptr<Connection> connection_for_io(int fd) {
     return nullptr;
   }
   return connection;
+}
+
+void connections_before_exec() {
+  ErrnoGuard errno_guard;
+  if (!any_connections()) return;
+  const bool visited = visit_connections([](int fd, Connection& connection) {
+    stream::Stream* stream = connection.stream();
+    if (stream == nullptr) return;
+    const int descriptor_flags = next::fcntl(fd, F_GETFD, 0);
+    if (descriptor_flags < 0 || (descriptor_flags & FD_CLOEXEC) != 0) return;
+    QPSOCK_LOG(error, "fd %d: an upgraded connection cannot be inherited across exec yet; "
+               "resetting it", fd);
+    stream->abort();
+    // connect(AF_UNSPEC) disconnects a TCP socket with a reset: the peer's
+    // qpsock hears it on the TCP connection, and the new image sees the
+    // socket unconnected rather than a stream it cannot read.
+    sockaddr unspecified{};
+    unspecified.sa_family = AF_UNSPEC;
+    next::connect(fd, &unspecified, sizeof(unspecified));
+  });
+  if (!visited) QPSOCK_LOG(warn, "exec: upgraded connections could not be checked (registry busy)");
 }
 
 void attach_statistics(int fd, stats::Handle handle) {

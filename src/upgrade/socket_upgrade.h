@@ -25,6 +25,11 @@ std::shared_ptr<Connection> connection_for_io(int fd);
 // close(): the last fd of this process on an upgraded socket ends its stream
 // (and makes the kernel reset the connection if data was left unread).
 void connection_closing(int fd);
+// exec(3) is about to replace the process image. An upgraded connection whose
+// fd survives it cannot go on (its stream lives in this image's memory, and
+// moving it back to TCP is not built yet): it is reset, so that both ends see
+// an error instead of a silently broken stream.
+void connections_before_exec();
 // fd's connection has statistics row `handle` (a no-op for a socket with no Connection).
 void attach_statistics(int fd, stats::Handle handle);
 

@@ -135,8 +135,40 @@ shell_and_java_jar() {
   assert_equal "fork_echo_server for the shell script and java -jar ($runner)" 0 "$status"
 }
 
+# A server that upgraded its connection to shared memory and then execs, the
+# socket inherited: the stream cannot follow into the new image yet, so qpsock
+# resets the connection (docs/upgrade-protocol.md). Either the exec came
+# before any direction switched and everything arrives, or the client sees
+# the error and the server's log says why; never a silently wrong stream.
+inherited_upgraded_socket() {
+  local runner=$1 tag port status=0 report log
+  tag=$(runner_tag "$runner")
+  start_server "$runner" "serve-then-exec-shm.$tag.expected-errors" "$PROBE" serve-then-exec @PORT@ 100000 \
+    "$QPSOCK_PROGRAMS_DIR/fd_echo" || return 0
+  port=$SERVER_PORT
+  report=$TEST_TMP/inherited-shm.$tag
+  run_under "$runner" 30 "$QPSOCK_PROGRAMS_DIR/echo_client" -c 1 -b 8388608 -s 21 "$port" \
+    >"$report" 2>"$LOG_DIR/inherited-shm-client.$tag.log" || status=$?
+  wait_background "serve-then-exec-shm.$tag.expected-errors" || true
+  log=$(background_log "serve-then-exec-shm.$tag.expected-errors")
+  if [[ $status == 0 ]]; then
+    assert_same_checksum "upgraded socket across exec, no switch yet ($runner)" \
+      "${REFERENCE[inherited]}" "$report"
+  elif grep -q "cannot be inherited across exec" "$log"; then
+    pass "upgraded socket across exec: reset, and the log says why ($runner)"
+  else
+    fail "upgraded socket across exec: client failed ($status) without qpsock's reset ($runner)"
+  fi
+}
+
 for runner in "${RUNNERS[@]}"; do
-  inherited_socket "$runner"
+  if runner_loads_qpsock "$runner"; then
+    # On TCP, exec passes the socket through untouched.
+    QPSOCK_SAME_HOST=kernel inherited_socket "$runner"
+    inherited_upgraded_socket "$runner"
+  else
+    inherited_socket "$runner"
+  fi
   clean_environment "$runner"
   exit_statuses "$runner"
   shell_and_java_jar "$runner"

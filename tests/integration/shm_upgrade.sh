@@ -4,15 +4,18 @@
 # processes under qpsock-run move BYTES each way at once with random write and
 # read sizes from 1 B to 4 MiB; every byte is verified. The kernel's IP
 # counter (/proc/net/netstat IpExt OutOctets) must grow by far less than the
-# payload, and both logs must say the connection was upgraded. Then mixed
-# pairs (qpsock with a plain peer, both roles) must move the same bytes intact
-# on TCP, with no stall.
+# payload, both logs must say the connection was upgraded, and qpsock-stat,
+# asked while the connection is still open, must show it on path shm in both
+# processes with every byte counted. Then mixed pairs (qpsock with a plain
+# peer, both roles) must move the same bytes intact on TCP, with no stall, and
+# a pair whose client has set up an io_uring must stay on TCP.
 # usage: shm_upgrade.sh [BYTES]    (root: it makes a network namespace)
 set -Eeuo pipefail
 BYTES=${1:-1073741824}
 PROGRAM=${QPSOCK_PROGRAMS_DIR:?}/bulk_exchange
 RUN=${QPSOCK_RUN:?}
 LIBRARY=${QPSOCK_LIBRARY:?}
+STAT=${QPSOCK_BINARY_DIR:?}/tools/qpsock-stat/qpsock-stat
 
 if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
   if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
@@ -36,22 +39,40 @@ pass() { echo "ok: $*" >&2; }
 
 out_octets() { awk '/^IpExt:/ { if (header) { print $9; exit } header = 1 }' /proc/net/netstat; }
 
-# run_pair NAME SERVER_RUNNER CLIENT_RUNNER: each runner is "qpsock" or "plain".
+# run_pair NAME SERVER_RUNNER CLIENT_RUNNER [HOLD_CHECK]: each runner is
+# "qpsock" or "plain". With HOLD_CHECK, both ends hold their verified
+# connection open (BULK_EXCHANGE_HOLD) while the command HOLD_CHECK NAME
+# SERVER_PID CLIENT_PID runs.
 run_pair() {
-  local name=$1 server_runner=$2 client_runner=$3
+  local name=$1 server_runner=$2 client_runner=$3 hold_check=${4:-}
   local server=() client=()
   [[ $server_runner == qpsock ]] && server=("$RUN" --library "$LIBRARY" --log-level info --)
   [[ $client_runner == qpsock ]] && client=("$RUN" --library "$LIBRARY" --log-level info --)
-  rm -f "$WORK/port"
-  timeout -k 5 150 "${server[@]}" "$PROGRAM" server "$WORK/port" "$BYTES" \
+  rm -f "$WORK/port" "$WORK/release"
+  local hold=()
+  [[ -n $hold_check ]] && hold=(env "BULK_EXCHANGE_HOLD=$WORK/release")
+  timeout -k 5 150 "${hold[@]}" "${server[@]}" "$PROGRAM" server "$WORK/port" "$BYTES" \
     2>"$WORK/$name.server.log" &
   local server_pid=$!
   PIDS+=("$server_pid")
   for _ in $(seq 100); do [[ -s $WORK/port ]] && break; sleep 0.05; done
-  local status=0
-  timeout -k 5 150 "${client[@]}" "$PROGRAM" client "$(cat "$WORK/port")" "$BYTES" \
-    2>"$WORK/$name.client.log" || status=$?
-  local server_status=0
+  timeout -k 5 150 "${hold[@]}" "${client[@]}" "$PROGRAM" client "$(cat "$WORK/port")" "$BYTES" \
+    2>"$WORK/$name.client.log" &
+  local client_pid=$!
+  PIDS+=("$client_pid")
+  if [[ -n $hold_check ]]; then
+    local deadline=$((SECONDS + 140))
+    until grep -q holding "$WORK/$name.server.log" && grep -q holding "$WORK/$name.client.log"; do
+      if ((SECONDS > deadline)) || ! kill -0 "$server_pid" 2>/dev/null || ! kill -0 "$client_pid" 2>/dev/null; then
+        break
+      fi
+      sleep 0.05
+    done
+    "$hold_check" "$name" "$server_pid" "$client_pid"
+    touch "$WORK/release"
+  fi
+  local status=0 server_status=0
+  wait "$client_pid" || status=$?
   wait "$server_pid" || server_status=$?
   if [[ $status == 0 && $server_status == 0 ]]; then
     pass "$name: $BYTES bytes each way verified"
@@ -61,9 +82,36 @@ run_pair() {
   fi
 }
 
+# qpsock-stat while both hold the connection: one row each, path shm, every
+# byte counted, nearly all of them offloaded (the first may precede the switch).
+export QPSOCK_STAT_DIR=$WORK/stat
+check_statistics() {
+  local name=$1 server_pid=$2 client_pid=$3 problems
+  problems=$(timeout 20 "$STAT" --json | python3 -c '
+import json, sys
+document, payload = json.load(sys.stdin), int(sys.argv[1])
+rows = [(p["pid"], c) for p in document["processes"] for c in p["connections"]]
+problems = []
+if len(rows) != 2: problems.append(f"{len(rows)} connections listed, expected 2: {rows}")
+for pid, row in rows:
+    path, reason = row["path"], row["reason"]
+    if path != "shm": problems.append(f"pid {pid}: path {path} ({reason})")
+    for direction in ("sent", "received"):
+        counts = row[direction]
+        if counts["total"] != payload: problems.append(f"pid {pid}: {direction} {counts}")
+        elif counts["offloaded"] * 100 < payload * 99: problems.append(f"pid {pid}: {direction} {counts} mostly not offloaded")
+print("; ".join(problems))' "$BYTES" 2>&1) || problems="qpsock-stat failed: $problems"
+  if [[ -z $problems ]]; then
+    pass "$name: qpsock-stat shows both ends on shm with every byte counted"
+    timeout 20 "$STAT" >&2 || true
+  else
+    fail "$name: qpsock-stat: $problems"
+  fi
+}
+
 before=$(out_octets)
 started=$(date +%s.%N)
-run_pair both-qpsock qpsock qpsock
+run_pair both-qpsock qpsock qpsock check_statistics
 seconds=$(echo "$(date +%s.%N) - $started" | bc)
 after=$(out_octets)
 grown=$((after - before))
@@ -85,6 +133,23 @@ done
 MIXED_BYTES=$((BYTES < 67108864 ? BYTES : 67108864))
 BYTES=$MIXED_BYTES run_pair qpsock-server-plain-client qpsock plain
 BYTES=$MIXED_BYTES run_pair plain-server-qpsock-client plain qpsock
+
+# io_uring reads and writes sockets behind qpsock's back: a process that has
+# one keeps its connections on TCP, and says so.
+before=$(out_octets)
+BULK_EXCHANGE_IO_URING=1 BYTES=$MIXED_BYTES run_pair io-uring-client qpsock qpsock
+grown=$(( $(out_octets) - before ))
+if ((grown >= 2 * MIXED_BYTES)); then
+  pass "io_uring client: all $((2 * MIXED_BYTES)) bytes went over TCP ($grown IP bytes)"
+else
+  fail "io_uring client: only $grown IP bytes for $((2 * MIXED_BYTES)) payload bytes"
+fi
+if grep -q "uses io_uring" "$WORK/io-uring-client.client.log"; then
+  pass "io_uring client log: stays on TCP because of io_uring"
+else
+  fail "io_uring client log does not say why it stayed on TCP"
+  cat "$WORK/io-uring-client.client.log" >&2
+fi
 
 echo "shm_upgrade: $failures failure(s)" >&2
 ((failures == 0))

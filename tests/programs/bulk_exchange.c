@@ -6,16 +6,27 @@
  *
  *   bulk_exchange server PORT_FILE BYTES      (listens on 127.0.0.1, any port)
  *   bulk_exchange client PORT BYTES
- * The server writes stream 1 and expects stream 2; the client the reverse. */
+ * The server writes stream 1 and expects stream 2; the client the reverse.
+ *
+ * Environment:
+ *   BULK_EXCHANGE_HOLD=FILE  once all is verified, print "holding" and wait
+ *                            (up to 60 s) for FILE to exist before closing, so
+ *                            that a test can look at the open connection
+ *   BULK_EXCHANGE_IO_URING=1 set up an io_uring first (qpsock must then keep
+ *                            the connection on TCP) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/io_uring.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -97,6 +108,33 @@ static void* read_direction(void* argument) {
   return NULL;
 }
 
+/* An io_uring with its submission ring mapped, as liburing sets one up; kept
+ * for the life of the process. */
+static int set_up_io_uring(void) {
+  struct io_uring_params parameters;
+  memset(&parameters, 0, sizeof(parameters));
+  long ring = syscall(SYS_io_uring_setup, 8, &parameters);
+  if (ring < 0) {
+    perror("bulk_exchange: io_uring_setup");
+    return -1;
+  }
+  size_t size = parameters.sq_off.array + parameters.sq_entries * sizeof(unsigned);
+  if (mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, (int)ring,
+           IORING_OFF_SQ_RING) == MAP_FAILED) {
+    perror("bulk_exchange: mmap of the io_uring");
+    return -1;
+  }
+  return 0;
+}
+
+static void hold_until_released(void) {
+  const char* release = getenv("BULK_EXCHANGE_HOLD");
+  if (release == NULL) return;
+  fprintf(stderr, "bulk_exchange: holding\n");
+  struct stat status;
+  for (int waited = 0; waited < 6000 && stat(release, &status) != 0; waited++) usleep(10000);
+}
+
 static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive_seed) {
   struct direction out = {fd, bytes, send_seed, send_seed * 7 + 1, 0, 0};
   struct direction in = {fd, bytes, receive_seed, receive_seed * 13 + 5, 0, 0};
@@ -108,6 +146,7 @@ static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive
   }
   pthread_join(writer, NULL);
   pthread_join(reader, NULL);
+  if (!out.failed && !in.failed) hold_until_released();
   /* Both directions are complete: an orderly end, as a real program's. */
   close(fd);
   fprintf(stderr, "bulk_exchange: sent %llu, received and verified %llu bytes\n",
@@ -121,6 +160,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   uint64_t bytes = (uint64_t)parse_number(argv[3], "BYTES");
+  const char* io_uring = getenv("BULK_EXCHANGE_IO_URING");
+  if (io_uring != NULL && strcmp(io_uring, "1") == 0 && set_up_io_uring() != 0) return 1;
   if (strcmp(argv[1], "server") == 0) {
     int listener = listen_loopback(0, 0);
     struct sockaddr_in bound;

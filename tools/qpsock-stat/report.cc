@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iomanip>
 #include <string>
@@ -59,13 +60,18 @@ void write_table(std::ostream& out, const std::vector<ProcessSnapshot>& processe
     if (process.dropped != 0) out << ", " << process.dropped << " not recorded (table full)";
     out << "\n";
     if (process.connections.empty()) continue;
+    // Byte columns as wide as their longest entry ("315768+1073426056").
+    size_t bytes_width = 16;
+    for (const ConnectionSnapshot& row : process.connections)
+      for (const auto& bytes : row.bytes) bytes_width = std::max(bytes_width, bytes_text(bytes).size() + 2);
+    const int width = static_cast<int>(bytes_width);
     out << std::left << "  " << std::setw(24) << "LOCAL" << std::setw(24) << "PEER" << std::setw(7)
-        << "ROLE" << std::setw(8) << "PATH" << std::setw(16) << "SENT" << std::setw(16) << "RECEIVED"
+        << "ROLE" << std::setw(8) << "PATH" << std::setw(width) << "SENT" << std::setw(width) << "RECEIVED"
         << "REASON\n";
     for (const ConnectionSnapshot& row : process.connections) {
       out << "  " << std::setw(24) << row.local << std::setw(24) << row.peer << std::setw(7)
-          << format::role_name(row.role) << std::setw(8) << format::path_name(row.path) << std::setw(16)
-          << bytes_text(row.bytes[format::kSent]) << std::setw(16)
+          << format::role_name(row.role) << std::setw(8) << format::path_name(row.path) << std::setw(width)
+          << bytes_text(row.bytes[format::kSent]) << std::setw(width)
           << bytes_text(row.bytes[format::kReceived]) << row.reason;
       if (row.pids.size() > 1 || (row.pids.size() == 1 && row.pids[0] != process.pid))
         out << " [pids " << pids_text(row.pids) << "]";
