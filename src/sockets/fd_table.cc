@@ -104,6 +104,7 @@ uint64_t FdTable::track_new(int fd, SocketKind kind, uint8_t family) {
   // A handle left by an fd closed behind our back (a raw syscall) must not
   // count this socket's bytes.
   entry->stats.store(0, std::memory_order_release);
+  entry->buffer_sizes.store(0, std::memory_order_relaxed);
   entry->record.store(encode(FdRecord{kind, family, generation}), std::memory_order_release);
   return generation;
 }
@@ -111,6 +112,7 @@ uint64_t FdTable::track_new(int fd, SocketKind kind, uint8_t family) {
 void FdTable::forget(int fd) {
   if (Entry* entry = slot(fd)) {
     entry->stats.store(0, std::memory_order_release);
+    entry->buffer_sizes.store(0, std::memory_order_relaxed);
     entry->record.store(0, std::memory_order_release);
   }
 }
@@ -119,8 +121,41 @@ void FdTable::copy(int source, int destination) {
   Entry* to = slot(destination);
   if (to == nullptr) return;
   Entry* from = slot(source);
+  to->buffer_sizes.store(from != nullptr ? from->buffer_sizes.load(std::memory_order_relaxed) : 0,
+                         std::memory_order_relaxed);
   to->record.store(from != nullptr ? from->record.load(std::memory_order_acquire) : 0,
                    std::memory_order_release);
+}
+
+void FdTable::set_receive_buffer(int fd, uint32_t bytes) {
+  if (Entry* entry = slot(fd)) {
+    uint64_t sizes = entry->buffer_sizes.load(std::memory_order_relaxed);
+    while (!entry->buffer_sizes.compare_exchange_weak(sizes, (sizes & ~uint64_t{0xffffffff}) | bytes,
+                                                      std::memory_order_relaxed)) {
+    }
+  }
+}
+
+void FdTable::set_send_buffer(int fd, uint32_t bytes) {
+  if (Entry* entry = slot(fd)) {
+    uint64_t sizes = entry->buffer_sizes.load(std::memory_order_relaxed);
+    while (!entry->buffer_sizes.compare_exchange_weak(
+        sizes, (sizes & uint64_t{0xffffffff}) | (uint64_t{bytes} << 32), std::memory_order_relaxed)) {
+    }
+  }
+}
+
+FdTable::BufferSizes FdTable::buffer_sizes(int fd) const {
+  const Entry* entry = slot(fd);
+  const uint64_t sizes = entry != nullptr ? entry->buffer_sizes.load(std::memory_order_relaxed) : 0;
+  return BufferSizes{static_cast<uint32_t>(sizes), static_cast<uint32_t>(sizes >> 32)};
+}
+
+void FdTable::inherit_buffer_sizes(int listener, int accepted) {
+  Entry* to = slot(accepted);
+  const Entry* from = slot(listener);
+  if (to != nullptr && from != nullptr)
+    to->buffer_sizes.store(from->buffer_sizes.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 FdRecord FdTable::lookup(int fd) const {

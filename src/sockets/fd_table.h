@@ -57,12 +57,26 @@ class FdTable {
   // Stores a new handle and returns the one it replaces.
   uint64_t exchange_stats_handle(int fd, uint64_t handle);
 
+  // SO_RCVBUF / SO_SNDBUF as the application set them (0: never set): an
+  // upgraded stream sizes its ring and send window from them. Cleared by
+  // track_new and forget, copied by copy and inherit_buffer_sizes.
+  struct BufferSizes {
+    uint32_t receive = 0;
+    uint32_t send = 0;
+  };
+  void set_receive_buffer(int fd, uint32_t bytes);
+  void set_send_buffer(int fd, uint32_t bytes);
+  BufferSizes buffer_sizes(int fd) const;
+  // An accepted socket starts with its listener's sizes, as in the kernel.
+  void inherit_buffer_sizes(int listener, int accepted);
+
   size_t capacity() const;
 
  private:
   struct Entry {
-    std::atomic<uint64_t> record;  // see fd_table.cc for the encoding
-    std::atomic<uint64_t> stats;   // stats::Handle
+    std::atomic<uint64_t> record;        // see fd_table.cc for the encoding
+    std::atomic<uint64_t> stats;         // stats::Handle
+    std::atomic<uint64_t> buffer_sizes;  // send << 32 | receive
   };
   Entry* slot(int fd) const {
     Entry* table = entries();

@@ -25,6 +25,7 @@ int record_accepted(int listener_fd, int accepted) {
     FdRecord listener = table().lookup(listener_fd);
     if (listener.tracked()) {
       table().track_new(accepted, listener.kind, listener.family);
+      table().inherit_buffer_sizes(listener_fd, accepted);
       const config::Decision decision = decide_for_connection(accepted, config::Role::server);
       if (decision.action == config::Action::offload) upgrade::offer_server_upgrade(accepted);
       record_connection(accepted, config::Role::server, decision);
@@ -188,7 +189,17 @@ int getsockopt(int fd, int level, int name, void* value, socklen_t* length) {
 }
 
 int setsockopt(int fd, int level, int name, const void* value, socklen_t length) {
-  return next::setsockopt(fd, level, name, value, length);
+  const int result = next::setsockopt(fd, level, name, value, length);
+  // Remembered for an upgrade: the stream honours them as TCP does.
+  if (result == 0 && level == SOL_SOCKET && value != nullptr &&
+      length >= static_cast<socklen_t>(sizeof(int))) {
+    int bytes = 0;
+    memcpy(&bytes, value, sizeof(bytes));
+    const uint32_t requested = bytes > 0 ? static_cast<uint32_t>(bytes) : 0;
+    if (name == SO_RCVBUF || name == SO_RCVBUFFORCE) table().set_receive_buffer(fd, requested);
+    if (name == SO_SNDBUF || name == SO_SNDBUFFORCE) table().set_send_buffer(fd, requested);
+  }
+  return result;
 }
 
 int getsockname(int fd, sockaddr* address, socklen_t* length) {

@@ -2,6 +2,7 @@
 // Sending, receiving, pulling, progress and waiting live in stream_*.cc.
 #include "stream/stream.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/log.h"
@@ -67,14 +68,20 @@ int Stream::connect(const StreamEndpoint& peer) {
   if (!RingGeometry::valid_size(peer.ring_size) || peer.ring_size > kLargestRingSize ||
       peer.notification_capacity < kSmallestNotificationCapacity)
     return -EINVAL;
-  const uint64_t largest_payload = std::min(settings_.eager_chunk, peer.ring_size / 4);
+  // SO_SNDBUF narrows the window below the peer's ring (never under 16 KiB,
+  // so that records stay a useful size).
+  constexpr uint64_t kSmallestSendWindow = uint64_t{16} << 10;
+  uint64_t window = peer.ring_size;
+  if (settings_.send_window != 0)
+    window = std::clamp(settings_.send_window, std::min(kSmallestSendWindow, peer.ring_size), peer.ring_size);
+  const uint64_t largest_payload = std::min(settings_.eager_chunk, window / 4);
   eager_.emplace(*transport_, RemoteRegion{peer.ring_address, peer.ring_key}, peer.ring_size,
                  largest_payload);
   if (int error = eager_->prepare(); error < 0) {
     eager_.reset();
     return error;
   }
-  send_credit_.emplace(peer.ring_size);
+  send_credit_.emplace(window);
   window_.emplace(peer.notification_capacity, transport_->notification_capacity());
   connected_ = true;
   return 0;

@@ -10,6 +10,9 @@ namespace qpsock::stream {
 struct StreamSettings {
   // Our receive ring (the peer's eager writes land here); a power of two.
   uint64_t ring_size = uint64_t{1} << 20;
+  // At most this many bytes written and not yet consumed by the peer (the
+  // socket's SO_SNDBUF); 0: as many as the peer's ring holds.
+  uint64_t send_window = 0;
   // Largest payload of one data record (also capped at a quarter of the peer's ring).
   uint64_t eager_chunk = uint64_t{64} << 10;
   // A blocking send moves a contiguous piece of at least this many bytes by

@@ -8,7 +8,8 @@
 # asked while the connection is still open, must show it on path shm in both
 # processes with every byte counted. Then mixed pairs (qpsock with a plain
 # peer, both roles) must move the same bytes intact on TCP, with no stall, and
-# a pair whose client has set up an io_uring must stay on TCP.
+# a pair whose client has set up an io_uring must stay on TCP. Last,
+# SO_RCVBUF/SO_SNDBUF must bound an upgraded stream as they bound TCP.
 # usage: shm_upgrade.sh [BYTES]    (root: it makes a network namespace)
 set -Eeuo pipefail
 BYTES=${1:-1073741824}
@@ -149,6 +150,31 @@ if grep -q "uses io_uring" "$WORK/io-uring-client.client.log"; then
 else
   fail "io_uring client log does not say why it stayed on TCP"
   cat "$WORK/io-uring-client.client.log" >&2
+fi
+
+# SO_RCVBUF and SO_SNDBUF are honoured on the stream, as TCP honours them: a
+# reader that stops reading holds up a writer after about that many bytes.
+buffered_bytes() {
+  local size=$1
+  rm -f "$WORK/buffers.port"
+  timeout -k 5 30 "$RUN" --library "$LIBRARY" -- python3 "$SOURCE_DIR/buffer_sizes.py" server \
+    "$WORK/buffers.port" "$size" 2>>"$WORK/buffers.log" &
+  local server_pid=$!
+  PIDS+=("$server_pid")
+  timeout -k 5 30 "$RUN" --library "$LIBRARY" -- python3 "$SOURCE_DIR/buffer_sizes.py" client \
+    "$WORK/buffers.port" "$size" 2>>"$WORK/buffers.log" || echo "client failed"
+  wait "$server_pid" || echo "server failed"
+}
+SOURCE_DIR=$(dirname "$(readlink -f "$0")")
+default_taken=$(buffered_bytes 0)
+small_taken=$(buffered_bytes 65536)
+echo "buffer sizes: a writer took $default_taken bytes by default, $small_taken with 64 KiB buffers" >&2
+if [[ $default_taken =~ ^[0-9]+$ && $small_taken =~ ^[0-9]+$ ]] &&
+  ((small_taken > 0 && small_taken <= 262144 && default_taken > 2 * small_taken)); then
+  pass "SO_RCVBUF/SO_SNDBUF of 64 KiB bound the upgraded stream ($small_taken bytes vs $default_taken)"
+else
+  fail "SO_RCVBUF/SO_SNDBUF: $small_taken bytes with 64 KiB buffers, $default_taken by default"
+  cat "$WORK/buffers.log" >&2
 fi
 
 echo "shm_upgrade: $failures failure(s)" >&2

@@ -56,6 +56,27 @@ TEST_F(StreamFlowControlTest, ANonBlockingWriterGetsAPartialCountThenEagain) {
   EXPECT_GT(second, 32 << 10);
 }
 
+// SO_SNDBUF: a send window smaller than the peer's ring bounds what may be
+// written and not yet read, as the kernel's send buffer does.
+TEST_F(StreamFlowControlTest, TheSendWindowBoundsUnreadBytes) {
+  StreamSettings settings = small_settings();
+  settings.send_window = 20 << 10;
+  make(settings);
+  std::vector<uint8_t> data(256 << 10);
+  fill_pattern(3, 0, data);
+  const ssize_t first = send_bytes(writer(), data, 0, false);
+  ASSERT_GT(first, 0);
+  EXPECT_LE(first, 20 << 10);
+  EXPECT_EQ(send_bytes(writer(), {data.data() + first, 100}, 0, false), -EAGAIN);
+
+  std::vector<uint8_t> in(first);
+  ASSERT_EQ(receive_bytes(reader(), in, 0, false), first);
+  EXPECT_EQ(first_mismatch(3, 0, in), -1);
+  const ssize_t second = send_bytes(writer(), {data.data() + first, data.size() - first}, 0, false);
+  EXPECT_GT(second, 0);
+  EXPECT_LE(second, 20 << 10);
+}
+
 TEST_F(StreamFlowControlTest, ABlockedWriterProceedsWhenTheReaderConsumes) {
   StreamSettings settings = small_settings();
   settings.rendezvous_threshold = uint64_t{1} << 40;
