@@ -1,19 +1,10 @@
 #include "sockets/fd_table.h"
 
-#include <sys/mman.h>
-#include <sys/resource.h>
-
-#include <new>
-
 #include "common/errno_guard.h"
 #include "common/log.h"
 
 namespace qpsock::sockets {
 namespace {
-
-// Linux's default fs.nr_open; a hard limit above it (or unlimited) is capped here.
-constexpr size_t kMaximumCapacity = size_t{1} << 20;
-constexpr size_t kMinimumCapacity = 1024;
 
 std::atomic<uint64_t> next_generation{1};
 std::atomic<bool> reported_overflow{false};
@@ -29,24 +20,6 @@ FdRecord decode(uint64_t word) {
                   word >> 16};
 }
 
-size_t capacity_from_rlimit() {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return kMinimumCapacity;
-  size_t capacity = limit.rlim_max == RLIM_INFINITY ? kMaximumCapacity
-                                                    : static_cast<size_t>(limit.rlim_max);
-  if (capacity > kMaximumCapacity) capacity = kMaximumCapacity;
-  if (capacity < kMinimumCapacity) capacity = kMinimumCapacity;
-  return capacity;
-}
-
-template <typename Entry>
-Entry* map_entries(size_t capacity) {
-  void* memory = mmap(nullptr, capacity * sizeof(Entry), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  // Zero-filled pages are valid atomics holding 0 (untracked, no statistics).
-  return memory == MAP_FAILED ? nullptr : static_cast<Entry*>(memory);
-}
-
 // Never destroyed: other threads may still use sockets while the process exits.
 union ProcessTableStorage {
   constexpr ProcessTableStorage() : table() {}
@@ -57,46 +30,14 @@ constinit ProcessTableStorage process_table_storage;
 
 }  // namespace
 
-FdTable::FdTable(size_t capacity) : owns_mapping_(true) {
-  capacity_.store(capacity, std::memory_order_relaxed);
-  entries_.store(map_entries<Entry>(capacity), std::memory_order_release);
-}
-
-FdTable::~FdTable() {
-  if (owns_mapping_ && entries_.load() != nullptr) {
-    munmap(entries_.load(), capacity_.load() * sizeof(Entry));
-  }
-}
-
 FdTable& FdTable::process_table() { return process_table_storage.table; }
-
-FdTable::Entry* FdTable::map_on_first_use() const {
-  // First use. Racing threads (or a signal handler) each map; one wins, the
-  // others unmap theirs. No lock, so nothing can deadlock here.
-  ErrnoGuard errno_guard;
-  size_t capacity = capacity_from_rlimit();
-  Entry* mapped = map_entries<Entry>(capacity);
-  if (mapped == nullptr) return nullptr;
-  capacity_.store(capacity, std::memory_order_relaxed);
-  Entry* expected = nullptr;
-  if (!entries_.compare_exchange_strong(expected, mapped, std::memory_order_acq_rel)) {
-    munmap(mapped, capacity * sizeof(Entry));
-    return expected;
-  }
-  return mapped;
-}
-
-size_t FdTable::capacity() const {
-  entries();
-  return capacity_.load(std::memory_order_relaxed);
-}
 
 uint64_t FdTable::track_new(int fd, SocketKind kind, uint8_t family) {
   Entry* entry = slot(fd);
   if (entry == nullptr) {
     if (fd >= 0 && !reported_overflow.exchange(true)) {
       QPSOCK_LOG(warn, "fd %d is beyond the fd table (%zu entries, from RLIMIT_NOFILE); "
-                 "such sockets stay on the kernel path", fd, capacity_.load());
+                 "such sockets stay on the kernel path", fd, capacity());
     }
     return 0;
   }

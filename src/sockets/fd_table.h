@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/fd_indexed_array.h"
+
 namespace qpsock::sockets {
 
 enum class SocketKind : uint8_t {
@@ -35,8 +37,7 @@ class FdTable {
   // The process's table: sized on first use.
   constexpr FdTable() = default;
   // A table of a fixed size (tests).
-  explicit FdTable(size_t capacity);
-  ~FdTable();
+  explicit FdTable(size_t capacity) : entries_(capacity) {}
   FdTable(const FdTable&) = delete;
   FdTable& operator=(const FdTable&) = delete;
 
@@ -70,7 +71,7 @@ class FdTable {
   // An accepted socket starts with its listener's sizes, as in the kernel.
   void inherit_buffer_sizes(int listener, int accepted);
 
-  size_t capacity() const;
+  size_t capacity() const { return entries_.capacity(); }
 
  private:
   struct Entry {
@@ -78,22 +79,9 @@ class FdTable {
     std::atomic<uint64_t> stats;         // stats::Handle
     std::atomic<uint64_t> buffer_sizes;  // send << 32 | receive
   };
-  Entry* slot(int fd) const {
-    Entry* table = entries();
-    if (table == nullptr || fd < 0) [[unlikely]] return nullptr;
-    if (static_cast<size_t>(fd) >= capacity_.load(std::memory_order_relaxed)) return nullptr;
-    return &table[fd];
-  }
-  Entry* entries() const {
-    Entry* current = entries_.load(std::memory_order_acquire);
-    if (current != nullptr) [[likely]] return current;
-    return map_on_first_use();
-  }
-  Entry* map_on_first_use() const;
+  Entry* slot(int fd) const { return entries_.at(fd); }
 
-  mutable std::atomic<Entry*> entries_{nullptr};
-  mutable std::atomic<size_t> capacity_{0};
-  bool owns_mapping_ = false;
+  FdIndexedArray<Entry> entries_;
 };
 
 }  // namespace qpsock::sockets

@@ -23,6 +23,7 @@
 #include <span>
 
 #include "stream/credit_window.h"
+#include "stream/blocking.h"
 #include "stream/eager_sender.h"
 #include "stream/function_ref.h"
 #include "stream/mapped_memory.h"
@@ -87,9 +88,9 @@ class Stream {
 
   // send(2)/sendmsg(2): MSG_DONTWAIT, MSG_MORE (defers the peer's notification
   // until the next call on this stream), MSG_NOSIGNAL is the socket layer's.
-  ssize_t send(std::span<const iovec> data, int flags, bool blocking);
+  ssize_t send(std::span<const iovec> data, int flags, Blocking blocking);
   // recv(2)/recvmsg(2): MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT.
-  ssize_t receive(std::span<const iovec> buffers, int flags, bool blocking);
+  ssize_t receive(std::span<const iovec> buffers, int flags, Blocking blocking);
 
   size_t readable_bytes();  // FIONREAD
   size_t unsent_bytes();    // SIOCOUTQ
@@ -161,7 +162,7 @@ class Stream {
   // Sends `piece` by rendezvous and waits for the peer to pull it: its length,
   // or -errno (-EINTR when interrupted and the peer declined).
   ssize_t send_rendezvous(StateLock& state, ByteRange piece, const RegistrationLease& lease);
-  uint64_t bytes_before_rendezvous(const IovecCursor& source, bool blocking) const;
+  uint64_t bytes_before_rendezvous(const IovecCursor& source, Blocking& blocking) const;
 
   // --- stream_receive.cc ---
   int receive_error_locked();

@@ -11,11 +11,11 @@
 
 namespace qpsock::stream {
 
-ssize_t Stream::receive(std::span<const iovec> buffers, int flags, bool blocking) {
-  if ((flags & MSG_DONTWAIT) != 0) blocking = false;
+ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking blocking) {
+  if ((flags & MSG_DONTWAIT) != 0) blocking = Blocking(false);
   if ((flags & MSG_OOB) != 0) return -EINVAL;  // TCP without urgent data
   const bool peeking = (flags & MSG_PEEK) != 0;
-  const bool wait_all = (flags & MSG_WAITALL) != 0 && blocking;
+  const bool wait_all = (flags & MSG_WAITALL) != 0 && blocking();
   const size_t wanted = IovecCursor::total_length(buffers);
   IovecCursor destination(buffers);
   ssize_t delivered = 0;
@@ -58,7 +58,7 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, bool blocking
     // Nothing more is here now.
     if (at_end_of_stream_locked() || read_shutdown_) return have;
     if (broken_) return have > 0 ? have : receive_error_locked();
-    if (!blocking) return have > 0 ? have : -EAGAIN;
+    if (!blocking()) return have > 0 ? have : -EAGAIN;
     receive_lock.unlock();
     const int waited = wait_until(
         state, [&] { return notified_ != examined || eof_received_ || read_shutdown_; },

@@ -8,8 +8,8 @@
 
 namespace qpsock::stream {
 
-ssize_t Stream::send(std::span<const iovec> data, int flags, bool blocking) {
-  if ((flags & MSG_DONTWAIT) != 0) blocking = false;
+ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) {
+  if ((flags & MSG_DONTWAIT) != 0) blocking = Blocking(false);
   if ((flags & MSG_OOB) != 0) return -EOPNOTSUPP;
   const bool more = (flags & MSG_MORE) != 0;
   IovecCursor source(data);
@@ -48,7 +48,7 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, bool blocking) {
       continue;
     }
     if (!can_write_locked(kSmallestDataRecord)) {
-      if (!blocking) return accepted > 0 ? accepted : -EAGAIN;
+      if (!blocking()) return accepted > 0 ? accepted : -EAGAIN;
       send_lock.unlock();
       const int waited = wait_until(
           state, [&] { return can_write_locked(kSmallestDataRecord) || write_shutdown_; },
@@ -90,14 +90,13 @@ bool Stream::can_write_locked(uint64_t smallest_record) const {
          placement.skipped_bytes + placement.padding_bytes + smallest_record;
 }
 
-uint64_t Stream::bytes_before_rendezvous(const IovecCursor& source, bool blocking) const {
-  // Non-blocking sends never wait for a peer to pull: they copy.
-  if (!blocking) return source.remaining();
+uint64_t Stream::bytes_before_rendezvous(const IovecCursor& source, Blocking& blocking) const {
   IovecCursor walk = source;
   uint64_t before = 0;
   while (!walk.done()) {
     const ByteRange piece = walk.contiguous();
-    if (piece.length >= settings_.rendezvous_threshold) return before;
+    // Non-blocking sends never wait for a peer to pull: they copy.
+    if (piece.length >= settings_.rendezvous_threshold) return blocking() ? before : source.remaining();
     before += piece.length;
     walk.advance(piece.length);
   }

@@ -84,12 +84,18 @@ class Connection {
   // stream; true when the application left data unread (close resets then).
   bool close_stream();
 
+  // How many of this process's fds refer to the connection (dup shares it);
+  // kept by the registry.
+  void fd_attached() { attached_fds_.fetch_add(1, std::memory_order_acq_rel); }
+  void fd_detached() { attached_fds_.fetch_sub(1, std::memory_order_acq_rel); }
+  uint32_t attached_fds() const { return attached_fds_.load(std::memory_order_acquire); }
+
  private:
   ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
-  ssize_t send_over_stream(std::span<const iovec> data, int flags, bool blocking);
+  ssize_t send_over_stream(std::span<const iovec> data, int flags, stream::Blocking blocking);
   void try_switch_sending(int fd);
-  ssize_t receive_once(int fd, std::span<const iovec> buffers, int flags, bool blocking);
-  ssize_t receive_from_stream(std::span<const iovec> buffers, int flags, bool blocking);
+  ssize_t receive_once(int fd, std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
+  ssize_t receive_from_stream(std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
   // Reads the SwitchHeader off the stream if it has arrived.
   void learn_switch_point_locked();
   // Reads the rest of the binding token from TCP: 1 done, 0 not yet, -errno.
@@ -106,6 +112,7 @@ class Connection {
   }
 
   const config::Role role_;
+  std::atomic<uint32_t> attached_fds_{0};
   std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
   std::atomic<stats::Handle> statistics_{0};
   std::atomic<const char*> decline_reason_{nullptr};

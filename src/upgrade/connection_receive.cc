@@ -61,10 +61,10 @@ ssize_t failed(ssize_t negative_errno) {
 }  // namespace
 
 ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
-  const bool blocking = (flags & MSG_DONTWAIT) == 0 && socket_is_blocking(fd);
+  stream::Blocking blocking = call_blocking(fd, flags);
   // MSG_WAITALL is done here, never by the kernel: it could wait for bytes
   // that will come on the stream instead.
-  if ((flags & MSG_WAITALL) == 0 || (flags & MSG_PEEK) != 0 || !blocking)
+  if ((flags & MSG_WAITALL) == 0 || (flags & MSG_PEEK) != 0 || !blocking())
     return receive_once(fd, buffers, flags & ~MSG_WAITALL, blocking);
   const size_t wanted = total_length(buffers);
   std::vector<iovec> rest(buffers.begin(), buffers.end());
@@ -87,7 +87,7 @@ ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
 }
 
 ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int flags,
-                                 bool blocking) {
+                                 stream::Blocking& blocking) {
   const bool peeking = (flags & MSG_PEEK) != 0;
   for (;;) {
     if (receiving_switched()) return receive_from_stream(buffers, flags, blocking);
@@ -99,7 +99,7 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
       if (token < 0) return failed(token);
       if (token > 0) continue;
       lock.unlock();
-      if (!blocking) return failed(-EAGAIN);
+      if (!blocking()) return failed(-EAGAIN);
       if (wait_readable(fd, *this) < 0) return failed(-EINTR);
       continue;
     }
@@ -116,7 +116,7 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
       const int error = errno;
       if (error != EAGAIN) return failed(-error);
       lock.unlock();
-      if (!blocking) return failed(-EAGAIN);
+      if (!blocking()) return failed(-EAGAIN);
       if (wait_readable(fd, *this) < 0) return failed(-EINTR);
       continue;
     }
@@ -141,7 +141,8 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
   }
 }
 
-ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flags, bool blocking) {
+ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flags,
+                                        stream::Blocking& blocking) {
   const ssize_t got = stream()->receive(buffers, flags, blocking);
   if (got < 0) return failed(got);
   if ((flags & MSG_PEEK) == 0) count_received(got, offloaded_path_);

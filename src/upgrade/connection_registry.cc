@@ -1,22 +1,64 @@
+// Each fd with a Connection points to a Holder: the Connection's shared_ptr
+// and a reference count (the fd's own reference, plus one per reader copying
+// the shared_ptr out). Holders are type-stable: never freed, only recycled
+// through a lock-free free list, so a reader may touch the count of a holder
+// that another thread has just released. It then finds the count 0 (and
+// looks again), or finds that its fd no longer points to that holder (and
+// looks again); a holder recycled onto the same fd meanwhile is simply the
+// fd's current one.
 #include "upgrade/connection_registry.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <atomic>
-#include <mutex>
+#include <cstdint>
 #include <new>
-#include <unordered_map>
+
+#include "common/fd_indexed_array.h"
 
 namespace qpsock::upgrade {
 namespace {
 
-// A map under one mutex: only processes that have offload candidates ever take
-// it, and never across a blocking call.
+struct Holder {
+  std::atomic<uint32_t> references{0};
+  std::atomic<uint32_t> next_free{0};  // index + 1 of the next free holder, 0: none
+  std::shared_ptr<Connection> connection;
+};
+
+// Room for one holder per fd, and as many again for holders an fd has let go
+// of while a reader still held them.
+struct HolderPool {
+  FdIndexedArray<Holder> storage{2 * fd_indexed_memory::capacity_from_rlimit()};
+  std::atomic<uint32_t> used{0};       // holders ever constructed, the first `used` of storage
+  std::atomic<uint64_t> free_top{0};  // tag << 32 | (index + 1): the tag defeats ABA
+
+  Holder* take() {
+    uint64_t top = free_top.load(std::memory_order_acquire);
+    while (static_cast<uint32_t>(top) != 0) {
+      Holder* holder = storage.at(static_cast<int>(static_cast<uint32_t>(top) - 1));
+      const uint64_t next = ((top >> 32) + 1) << 32 | holder->next_free.load(std::memory_order_relaxed);
+      if (free_top.compare_exchange_weak(top, next, std::memory_order_acq_rel)) return holder;
+    }
+    const uint32_t index = used.fetch_add(1, std::memory_order_relaxed);
+    Holder* fresh = storage.at(static_cast<int>(index));
+    if (fresh == nullptr) return nullptr;
+    return ::new (fresh) Holder;
+  }
+
+  void give_back(Holder* holder) {
+    const auto index = static_cast<uint32_t>(holder - storage.at(0));
+    uint64_t top = free_top.load(std::memory_order_relaxed);
+    for (;;) {
+      holder->next_free.store(static_cast<uint32_t>(top), std::memory_order_relaxed);
+      const uint64_t next = ((top >> 32) + 1) << 32 | (index + 1);
+      if (free_top.compare_exchange_weak(top, next, std::memory_order_acq_rel)) return;
+    }
+  }
+};
+
 struct Registry {
-  std::mutex mutex;
-  std::unordered_map<int, std::shared_ptr<Connection>> by_fd;
+  FdIndexedArray<std::atomic<Holder*>> by_fd;
+  HolderPool holders;
   std::atomic<size_t> count{0};
+  std::atomic<int> highest_fd{-1};  // bounds visit_connections' scan
 };
 
 Registry& registry() {
@@ -26,29 +68,42 @@ Registry& registry() {
   return *instance;
 }
 
-// The registry's lock, with every signal blocked while it is held: a signal
-// handler that does socket I/O on this thread must never find it taken.
-// (Paid only by processes that have offloadable connections; a lock-free
-// table is the planned replacement.)
-class RegistryLock {
- public:
-  explicit RegistryLock(std::mutex& mutex) : mutex_(mutex) {
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &previous_);
-    mutex_.lock();
-  }
-  ~RegistryLock() {
-    mutex_.unlock();
-    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
-  }
-  RegistryLock(const RegistryLock&) = delete;
-  RegistryLock& operator=(const RegistryLock&) = delete;
+void release(Registry& entries, Holder* holder) {
+  if (holder->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The last reference: nobody can take a new one from a count of 0.
+  std::shared_ptr<Connection> last = std::move(holder->connection);
+  entries.holders.give_back(holder);
+}
 
- private:
-  std::mutex& mutex_;
-  sigset_t previous_;
-};
+// A counted reference to fd's current holder, or null.
+Holder* acquire(std::atomic<Holder*>& slot) {
+  for (;;) {
+    Holder* holder = slot.load(std::memory_order_acquire);
+    if (holder == nullptr) return nullptr;
+    uint32_t references = holder->references.load(std::memory_order_acquire);
+    bool counted = false;
+    while (references != 0 && !counted)
+      counted = holder->references.compare_exchange_weak(references, references + 1,
+                                                         std::memory_order_acq_rel);
+    if (!counted) continue;  // released meanwhile: the slot has changed
+    if (slot.load(std::memory_order_acquire) == holder) return holder;
+    release(registry(), holder);
+  }
+}
+
+// Puts `holder` (null: nothing) on fd, its reference passing to the slot, and
+// returns the connection that was there.
+std::shared_ptr<Connection> replace(Registry& entries, std::atomic<Holder*>& slot, Holder* holder) {
+  Holder* previous = slot.exchange(holder, std::memory_order_acq_rel);
+  if (holder != nullptr && previous == nullptr) entries.count.fetch_add(1, std::memory_order_acq_rel);
+  if (holder == nullptr && previous != nullptr) entries.count.fetch_sub(1, std::memory_order_acq_rel);
+  if (previous == nullptr) return nullptr;
+  // The slot's reference is ours now: the holder cannot be recycled under us.
+  std::shared_ptr<Connection> replaced = previous->connection;
+  replaced->fd_detached();
+  release(entries, previous);
+  return replaced;
+}
 
 }  // namespace
 
@@ -57,29 +112,35 @@ bool any_connections() { return registry().count.load(std::memory_order_relaxed)
 std::shared_ptr<Connection> find_connection(int fd) {
   Registry& entries = registry();
   if (entries.count.load(std::memory_order_acquire) == 0) return nullptr;
-  RegistryLock lock(entries.mutex);
-  auto found = entries.by_fd.find(fd);
-  return found == entries.by_fd.end() ? nullptr : found->second;
+  std::atomic<Holder*>* slot = entries.by_fd.at(fd);
+  if (slot == nullptr) return nullptr;
+  Holder* holder = acquire(*slot);
+  if (holder == nullptr) return nullptr;
+  std::shared_ptr<Connection> connection = holder->connection;
+  release(entries, holder);
+  return connection;
 }
 
 void attach_connection(int fd, std::shared_ptr<Connection> connection) {
   Registry& entries = registry();
-  RegistryLock lock(entries.mutex);
-  entries.by_fd[fd] = std::move(connection);
-  entries.count.store(entries.by_fd.size(), std::memory_order_release);
+  std::atomic<Holder*>* slot = entries.by_fd.at(fd);
+  if (slot == nullptr || connection == nullptr) return;
+  Holder* holder = entries.holders.take();
+  if (holder == nullptr) return;  // no memory: the socket stays on the kernel path
+  connection->fd_attached();
+  holder->connection = std::move(connection);
+  holder->references.store(1, std::memory_order_release);
+  int highest = entries.highest_fd.load(std::memory_order_relaxed);
+  while (fd > highest && !entries.highest_fd.compare_exchange_weak(highest, fd, std::memory_order_relaxed)) {
+  }
+  replace(entries, *slot, holder);
 }
 
 std::shared_ptr<Connection> detach_connection(int fd) {
   Registry& entries = registry();
   if (entries.count.load(std::memory_order_acquire) == 0) return nullptr;
-  std::shared_ptr<Connection> detached;
-  RegistryLock lock(entries.mutex);
-  auto found = entries.by_fd.find(fd);
-  if (found == entries.by_fd.end()) return nullptr;
-  detached = std::move(found->second);
-  entries.by_fd.erase(found);
-  entries.count.store(entries.by_fd.size(), std::memory_order_release);
-  return detached;
+  std::atomic<Holder*>* slot = entries.by_fd.at(fd);
+  return slot != nullptr ? replace(entries, *slot, nullptr) : nullptr;
 }
 
 void copy_connection(int source, int destination) {
@@ -91,27 +152,15 @@ void copy_connection(int source, int destination) {
   attach_connection(destination, std::move(shared));
 }
 
-bool visit_connections(void (*visit)(int fd, Connection& connection)) {
-  Registry& entries = registry();
-  if (entries.count.load(std::memory_order_acquire) == 0) return true;
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &previous);
-  const bool locked = entries.mutex.try_lock();
-  if (locked) {
-    for (const auto& [fd, connection] : entries.by_fd) visit(fd, *connection);
-    entries.mutex.unlock();
-  }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  return locked;
-}
+bool connection_in_use(const Connection* connection) { return connection->attached_fds() > 0; }
 
-bool connection_in_use(const Connection* connection) {
+void visit_connections(void (*visit)(int fd, Connection& connection)) {
   Registry& entries = registry();
-  RegistryLock lock(entries.mutex);
-  for (const auto& [fd, each] : entries.by_fd)
-    if (each.get() == connection) return true;
-  return false;
+  if (entries.count.load(std::memory_order_acquire) == 0) return;
+  const int highest = entries.highest_fd.load(std::memory_order_acquire);
+  for (int fd = 0; fd <= highest; fd++) {
+    if (std::shared_ptr<Connection> connection = find_connection(fd)) visit(fd, *connection);
+  }
 }
 
 }  // namespace qpsock::upgrade

@@ -1,6 +1,11 @@
 // Which fds of this process refer to a Connection (a socket qpsock may still
 // upgrade, or has). Most processes never have one: the check that data calls
 // make first is a single relaxed load.
+//
+// Lock-free, so that every data call on an upgraded socket pays a few atomic
+// operations rather than a lock (which would also have to block signals, or a
+// handler doing socket I/O could find it taken), and so that fork and signal
+// handlers can never meet it locked.
 #pragma once
 
 #include <memory>
@@ -19,9 +24,8 @@ std::shared_ptr<Connection> detach_connection(int fd);
 void copy_connection(int source, int destination);
 // Whether `connection` is still attached to any fd.
 bool connection_in_use(const Connection* connection);
-// Calls visit(fd, connection) for every entry, under the registry's lock
-// (visit must not block or touch the registry). Skipped, returning false,
-// if the lock is taken: exec in a child forked while another thread held it.
-bool visit_connections(void (*visit)(int fd, Connection& connection));
+// Calls visit(fd, connection) for every fd that has a Connection (exec, which
+// resets inherited upgraded sockets). visit must not touch the registry.
+void visit_connections(void (*visit)(int fd, Connection& connection));
 
 }  // namespace qpsock::upgrade

@@ -57,7 +57,7 @@ void raise_sigpipe() {
 ssize_t Connection::send(int fd, std::span<const iovec> data, int flags) {
   if (!sending_switched() && send_switch_allowed_.load(std::memory_order_acquire))
     try_switch_sending(fd);
-  if (sending_switched()) return send_over_stream(data, flags, socket_is_blocking(fd));
+  if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags));
   return send_over_tcp(fd, data, flags);
 }
 
@@ -68,7 +68,7 @@ ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags
       // A switch is under way (it takes microseconds): its result decides.
       while (!sending_switched() && (send_gate_.load() & kGateClosed) != 0)
         std::this_thread::yield();
-      if (sending_switched()) return send_over_stream(data, flags, socket_is_blocking(fd));
+      if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags));
       gate = send_gate_.load(std::memory_order_acquire);
       continue;
     }
@@ -119,7 +119,8 @@ void Connection::try_switch_sending(int fd) {
              static_cast<unsigned long long>(header.tcp_bytes));
 }
 
-ssize_t Connection::send_over_stream(std::span<const iovec> data, int flags, bool blocking) {
+ssize_t Connection::send_over_stream(std::span<const iovec> data, int flags,
+                                     stream::Blocking blocking) {
   const ssize_t sent = stream()->send(data, flags & ~MSG_NOSIGNAL, blocking);
   if (sent >= 0) {
     count_sent(sent, offloaded_path_);

@@ -130,7 +130,7 @@ std::shared_ptr<Connection> connection_for_io(int fd) {
 void connections_before_exec() {
   ErrnoGuard errno_guard;
   if (!any_connections()) return;
-  const bool visited = visit_connections([](int fd, Connection& connection) {
+  visit_connections([](int fd, Connection& connection) {
     stream::Stream* stream = connection.stream();
     if (stream == nullptr) return;
     const int descriptor_flags = next::fcntl(fd, F_GETFD, 0);
@@ -145,7 +145,6 @@ void connections_before_exec() {
     unspecified.sa_family = AF_UNSPEC;
     next::connect(fd, &unspecified, sizeof(unspecified));
   });
-  if (!visited) QPSOCK_LOG(warn, "exec: upgraded connections could not be checked (registry busy)");
 }
 
 void attach_statistics(int fd, stats::Handle handle) {
