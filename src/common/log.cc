@@ -16,8 +16,11 @@ namespace {
 
 constexpr int kUnset = -1;
 std::atomic<int> current_level{kUnset};
-// The log file's path, copied once: getenv's storage may change under us.
-char log_file_path[512];
+// The log file's path, copied once (getenv's storage may change under us) by
+// the first thread to log, and published when complete.
+std::atomic<bool> log_file_claimed{false};
+char log_file_storage[512];
+std::atomic<const char*> log_file{nullptr};
 
 constexpr const char* kLevelNames[] = {"off", "error", "warn", "info", "debug", "trace"};
 
@@ -26,19 +29,23 @@ Level level_from_environment() {
   if (const char* text = getenv("QPSOCK_LOG_LEVEL"); text != nullptr && *text != '\0') {
     if (!parse_level(text, level)) level = Level::warn;
   }
-  const char* path = getenv("QPSOCK_LOG_FILE");
-  if (path != nullptr && strlen(path) < sizeof(log_file_path)) {
-    strcpy(log_file_path, path);
-  } else {
-    log_file_path[0] = '\0';
-  }
   return level;
 }
 
+void publish_log_file() {
+  if (log_file_claimed.exchange(true, std::memory_order_acq_rel)) return;
+  const char* path = getenv("QPSOCK_LOG_FILE");
+  if (path != nullptr && strlen(path) < sizeof(log_file_storage)) strcpy(log_file_storage, path);
+  log_file.store(log_file_storage, std::memory_order_release);
+}
+
 void write_line(const char* line, size_t length) {
-  if (log_file_path[0] != '\0') {
+  const char* path = log_file.load(std::memory_order_acquire);
+  // A thread that logs while the first one is still copying the path.
+  if (path == nullptr) path = getenv("QPSOCK_LOG_FILE");
+  if (path != nullptr && path[0] != '\0') {
     // Opened per line: the program may close or dup2 over any fd we kept.
-    int fd = next::open(log_file_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    int fd = next::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) {
       next::write(fd, line, length);
       next::close(fd);
@@ -70,14 +77,11 @@ bool enabled(Level level) {
   int current = current_level.load(std::memory_order_relaxed);
   if (current == kUnset) [[unlikely]] {
     ErrnoGuard errno_guard;
+    publish_log_file();
     current = static_cast<int>(level_from_environment());
     current_level.store(current, std::memory_order_relaxed);
   }
   return level != Level::off && static_cast<int>(level) <= current;
-}
-
-void reload_settings_from_environment() {
-  current_level.store(static_cast<int>(level_from_environment()), std::memory_order_relaxed);
 }
 
 void vmessage(Level level, const char* format, va_list arguments) {

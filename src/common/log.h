@@ -22,9 +22,6 @@ void message(Level level, const char* format, ...) __attribute__((format(printf,
 void vmessage(Level level, const char* format, va_list arguments)
     __attribute__((format(printf, 2, 0)));
 
-// Re-reads QPSOCK_LOG_LEVEL / QPSOCK_LOG_FILE (tests; after fork they still hold).
-void reload_settings_from_environment();
-
 }  // namespace qpsock::log
 
 #define QPSOCK_LOG(level, ...)                                                 \

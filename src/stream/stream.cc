@@ -178,14 +178,14 @@ CloseResult Stream::close() {
     send_lock.unlock();
     // Our last writes must land before the transport goes: wait for their
     // completions (the hardware's, not the peer application's).
-    const int waited = wait_until(
-        state,
-        [&] {
-          return posts_outstanding_ == 0 && !end_of_stream_pending_ && unnotified_ring_bytes_ == 0;
-        },
-        {.deadline = Clock::now() + settings_.close_flush_timeout});
+    auto flushed = [&] {
+      return posts_outstanding_ == 0 && !end_of_stream_pending_ && unnotified_ring_bytes_ == 0;
+    };
+    const int waited =
+        wait_until(state, flushed, {.deadline = Clock::now() + settings_.close_flush_timeout});
     if (waited < 0) error = waited;
-    else if (broken_) error = -ECONNRESET;
+    // A peer that closed first breaks the stream too; only lost writes are an error.
+    else if (broken_ && !flushed()) error = -ECONNRESET;
   }
   const size_t unread = connected_ ? readable_bytes_ : 0;
   closed_ = true;
