@@ -13,13 +13,20 @@
  *                            (up to 60 s) for FILE to exist before closing, so
  *                            that a test can look at the open connection
  *   BULK_EXCHANGE_IO_URING=1 set up an io_uring first (qpsock must then keep
- *                            the connection on TCP) */
+ *                            the connection on TCP)
+ *
+ * A peer that dies shows up as a message naming the error or the end of
+ * stream and exit status 1, never as a silent death: SIGPIPE is ignored (a
+ * write gets EPIPE), and the direction that fails first shuts the socket down
+ * so that the other one, perhaps blocked for good, wakes and the process ends
+ * at once (tests/integration/peer_death.sh times it). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <linux/io_uring.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +58,13 @@ static size_t piece_size(uint64_t* state, uint64_t left) {
   return (size_t)(size < left ? size : left);
 }
 
+/* A direction failed: wake the other (which may wait on a peer that will
+ * never read or write again) the way a real program stops its other thread. */
+static void give_up(struct direction* self) {
+  self->failed = 1;
+  shutdown(self->fd, SHUT_RDWR);
+}
+
 static void* write_direction(void* argument) {
   struct direction* self = argument;
   unsigned char* buffer = malloc(LARGEST_PIECE);
@@ -63,12 +77,12 @@ static void* write_direction(void* argument) {
     if (write_all(self->fd, buffer, length) != 0) {
       fprintf(stderr, "bulk_exchange: write after %llu bytes: %s\n",
               (unsigned long long)self->done, strerror(errno));
-      self->failed = 1;
+      give_up(self);
       break;
     }
     self->done += length;
   }
-  if (buffer == NULL) self->failed = 1;
+  if (buffer == NULL) give_up(self);
   free(buffer);
   return NULL;
 }
@@ -88,7 +102,7 @@ static void* read_direction(void* argument) {
       fprintf(stderr, "bulk_exchange: read after %llu of %llu bytes: %s\n",
               (unsigned long long)self->done, (unsigned long long)self->bytes,
               got == 0 ? "end of stream" : strerror(errno));
-      self->failed = 1;
+      give_up(self);
       break;
     }
     byte_stream_fill(&stream, expected, (size_t)got);
@@ -97,12 +111,12 @@ static void* read_direction(void* argument) {
       while (buffer[at] == expected[at]) at++;
       fprintf(stderr, "bulk_exchange: wrong byte at offset %llu\n",
               (unsigned long long)(self->done + at));
-      self->failed = 1;
+      give_up(self);
       break;
     }
     self->done += (uint64_t)got;
   }
-  if (buffer == NULL || expected == NULL) self->failed = 1;
+  if (buffer == NULL || expected == NULL) give_up(self);
   free(buffer);
   free(expected);
   return NULL;
@@ -160,6 +174,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   uint64_t bytes = (uint64_t)parse_number(argv[3], "BYTES");
+  signal(SIGPIPE, SIG_IGN);
   const char* io_uring = getenv("BULK_EXCHANGE_IO_URING");
   if (io_uring != NULL && strcmp(io_uring, "1") == 0 && set_up_io_uring() != 0) return 1;
   if (strcmp(argv[1], "server") == 0) {

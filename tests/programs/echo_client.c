@@ -5,8 +5,16 @@
  * per connection (bytes and CRC-32 of what came back) and exits 0 only if
  * every connection got back exactly what it sent.
  *
- * usage: echo_client [-6] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE]
+ * usage: echo_client [-6] [-B] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE]
  *                    [-t IDLE_SECONDS] PORT
+ *
+ * -B: blocking sockets and no poll at all (qpsock keeps a socket that is
+ * waited on before its upgrade on TCP, so this is the mode that lets the
+ * connections upgrade). All connections are opened first, so that the server
+ * holds them at once, then served in turn: one random-sized write of at most
+ * 64 KiB (default socket buffers and stream rings hold that much in flight,
+ * so the write does not wait for our read), then its echo read back and
+ * checked. Same streams, so the same report as without -B. -t does not apply.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -33,19 +41,103 @@ static size_t random_size(uint64_t* state, size_t maximum) {
   return 1 + (size_t)(splitmix64(state) % maximum);
 }
 
+#define BLOCKING_CHUNK (64u << 10)
+
+static int read_exactly(int fd, unsigned char* buffer, size_t length) {
+  size_t done = 0;
+  while (done < length) {
+    ssize_t got = read(fd, buffer + done, length - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return -1;
+    if (got == 0) {
+      errno = 0;
+      return -1;
+    }
+    done += (size_t)got;
+  }
+  return 0;
+}
+
+/* The -B mode: blocking I/O, never poll (see the top). */
+static int run_blocking(struct connection* connections, long count, unsigned long long bytes,
+                        size_t max_write, int ipv6, int port) {
+  struct sockaddr_storage address;
+  socklen_t address_length = loopback_address(&address, ipv6, port);
+  size_t chunk = max_write < BLOCKING_CHUNK ? max_write : BLOCKING_CHUNK;
+  unsigned char* read_buffer = malloc(chunk);
+  unsigned char* expected = malloc(chunk);
+  if (read_buffer == NULL || expected == NULL) die("out of memory");
+  for (long index = 0; index < count; ++index) {
+    struct connection* c = &connections[index];
+    c->fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+    if (c->fd < 0) die("socket:");
+    if (connect(c->fd, (struct sockaddr*)&address, address_length) != 0) die("connection %ld: connect:", index);
+  }
+  long remaining = count;
+  while (remaining > 0) {
+    for (long index = 0; index < count; ++index) {
+      struct connection* c = &connections[index];
+      if (c->done) continue;
+      if (c->sent < bytes) {
+        size_t size = random_size(&c->size_state, chunk);
+        if (size > bytes - c->sent) size = (size_t)(bytes - c->sent);
+        byte_stream_fill(&c->send_stream, c->pending, size);
+        if (write_all(c->fd, c->pending, size) != 0) {
+          fprintf(stderr, "echo_client: connection %ld: write: %s\n", index, strerror(errno));
+          return 1;
+        }
+        c->sent += size;
+        if (read_exactly(c->fd, read_buffer, size) != 0) {
+          fprintf(stderr, "echo_client: connection %ld: read after %llu of %llu bytes: %s\n", index,
+                  c->received, bytes, errno == 0 ? "early EOF" : strerror(errno));
+          return 1;
+        }
+        byte_stream_fill(&c->expect_stream, expected, size);
+        if (memcmp(expected, read_buffer, size) != 0) {
+          size_t at = 0;
+          while (expected[at] == read_buffer[at]) ++at;
+          fprintf(stderr, "echo_client: connection %ld: wrong byte at offset %llu: got 0x%02x, sent 0x%02x\n",
+                  index, c->received + at, read_buffer[at], expected[at]);
+          return 1;
+        }
+        c->crc = crc32_update(c->crc, read_buffer, size);
+        c->received += size;
+        continue;
+      }
+      /* All echoed: our FIN, then the server's with nothing before it. */
+      if (shutdown(c->fd, SHUT_WR) != 0) die("connection %ld: shutdown:", index);
+      ssize_t got;
+      while ((got = read(c->fd, read_buffer, chunk)) < 0 && errno == EINTR) {
+      }
+      if (got != 0) {
+        fprintf(stderr, "echo_client: connection %ld: %s after the last echo\n", index,
+                got < 0 ? strerror(errno) : "extra bytes instead of EOF");
+        return 1;
+      }
+      close(c->fd);
+      c->done = 1;
+      remaining--;
+    }
+  }
+  free(read_buffer);
+  free(expected);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   program_name = "echo_client";
-  int ipv6 = 0;
+  int ipv6 = 0, blocking = 0;
   long count = 16, idle_seconds = 20;
   unsigned long long bytes = 4ull << 20;
   uint64_t seed = 1;
   size_t max_write = 256 * 1024;
   int option;
   const char* usage =
-      "usage: echo_client [-6] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE] [-t IDLE] PORT";
-  while ((option = getopt(argc, argv, "6c:b:s:w:t:")) != -1) {
+      "usage: echo_client [-6] [-B] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE] [-t IDLE] PORT";
+  while ((option = getopt(argc, argv, "6Bc:b:s:w:t:")) != -1) {
     switch (option) {
       case '6': ipv6 = 1; break;
+      case 'B': blocking = 1; break;
       case 'c': count = parse_number(optarg, "connection count"); break;
       case 'b': bytes = (unsigned long long)parse_number(optarg, "byte count"); break;
       case 's': seed = (uint64_t)parse_number(optarg, "seed"); break;
@@ -75,6 +167,7 @@ int main(int argc, char** argv) {
     c->size_state = ~stream_seed;
     c->pending = malloc(max_write);
     if (c->pending == NULL) die("out of memory");
+    if (blocking) continue; /* run_blocking connects */
     c->fd = socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     if (c->fd < 0) die("socket:");
     if (connect(c->fd, (struct sockaddr*)&address, address_length) == 0) {
@@ -84,8 +177,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  long remaining = count;
-  int failed = 0;
+  /* With -B everything is done here, and the poll loop below has nothing left. */
+  int failed = blocking ? run_blocking(connections, count, bytes, max_write, ipv6, port) : 0;
+  long remaining = blocking ? 0 : count;
   while (remaining > 0 && !failed) {
     for (long index = 0; index < count; ++index) {
       struct connection* c = &connections[index];

@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
       close(listener);
       _exit(echo(connection));
     }
+    /* Which process serves which connection: a test checks that the upgrade
+     * happens in the child (its pid in qpsock's log line), not here. */
+    fprintf(stderr, "fork_echo_server[%d]: connection %ld served by child %d\n", (int)getpid(), served + 1,
+            (int)child);
     children_running++;
     close(connection);
     served++;
