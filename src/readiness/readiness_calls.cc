@@ -1,13 +1,26 @@
 #include "readiness/readiness_calls.h"
 
 #include "libc/next_symbols.h"
+#include "readiness/upgraded_epoll.h"
 #include "readiness/upgraded_poll.h"
 #include "sockets/fd_table.h"
 
 namespace qpsock::readiness {
+namespace {
+
+timespec from_milliseconds(int milliseconds) {
+  return {milliseconds / 1000, (milliseconds % 1000) * 1000000L};
+}
+
+void created_epoll_fd(int fd) {
+  sockets::FdTable::process_table().forget(fd);
+  epoll_created(fd);
+}
+
+}  // namespace
 
 int poll(pollfd* fds, nfds_t count, int timeout_milliseconds) {
-  timespec timeout{timeout_milliseconds / 1000, (timeout_milliseconds % 1000) * 1000000L};
+  const timespec timeout = from_milliseconds(timeout_milliseconds);
   int result = 0;
   if (poll_upgraded(fds, count, timeout_milliseconds < 0 ? nullptr : &timeout, nullptr, result))
     return result;
@@ -40,33 +53,43 @@ int pselect(int count, fd_set* read_set, fd_set* write_set, fd_set* error_set,
 
 int epoll_create(int size) {
   int fd = next::epoll_create(size);
-  if (fd >= 0) sockets::FdTable::process_table().forget(fd);
+  if (fd >= 0) created_epoll_fd(fd);
   return fd;
 }
 
 int epoll_create1(int flags) {
   int fd = next::epoll_create1(flags);
-  if (fd >= 0) sockets::FdTable::process_table().forget(fd);
+  if (fd >= 0) created_epoll_fd(fd);
   return fd;
 }
 
 int epoll_ctl(int epoll_fd, int operation, int fd, epoll_event* event) {
-  if (operation != EPOLL_CTL_DEL) decline_upgrade_for_epoll(fd);
-  return next::epoll_ctl(epoll_fd, operation, fd, event);
+  return epoll_control(epoll_fd, operation, fd, event);
 }
 
 int epoll_wait(int epoll_fd, epoll_event* events, int capacity, int timeout_milliseconds) {
-  return next::epoll_wait(epoll_fd, events, capacity, timeout_milliseconds);
+  const timespec timeout = from_milliseconds(timeout_milliseconds);
+  return epoll_wait_through(epoll_fd, events, capacity,
+                            timeout_milliseconds < 0 ? nullptr : &timeout, nullptr, [&] {
+                              return next::epoll_wait(epoll_fd, events, capacity, timeout_milliseconds);
+                            });
 }
 
 int epoll_pwait(int epoll_fd, epoll_event* events, int capacity, int timeout_milliseconds,
                 const sigset_t* mask) {
-  return next::epoll_pwait(epoll_fd, events, capacity, timeout_milliseconds, mask);
+  const timespec timeout = from_milliseconds(timeout_milliseconds);
+  return epoll_wait_through(epoll_fd, events, capacity,
+                            timeout_milliseconds < 0 ? nullptr : &timeout, mask, [&] {
+                              return next::epoll_pwait(epoll_fd, events, capacity,
+                                                       timeout_milliseconds, mask);
+                            });
 }
 
 int epoll_pwait2(int epoll_fd, epoll_event* events, int capacity, const timespec* timeout,
                  const sigset_t* mask) {
-  return next::epoll_pwait2(epoll_fd, events, capacity, timeout, mask);
+  return epoll_wait_through(epoll_fd, events, capacity, timeout, mask, [&] {
+    return next::epoll_pwait2(epoll_fd, events, capacity, timeout, mask);
+  });
 }
 
 }  // namespace qpsock::readiness

@@ -7,6 +7,8 @@
 
 #include "common/log.h"
 #include "libc/next_symbols.h"
+#include "readiness/socket_events.h"
+#include "readiness/upgraded_epoll.h"
 #include "upgrade/connection_registry.h"
 
 namespace qpsock::readiness {
@@ -16,41 +18,52 @@ using Clock = std::chrono::steady_clock;
 
 struct Watched {
   nfds_t index;  // in the application's array
-  std::shared_ptr<upgrade::Connection> connection;
+  std::shared_ptr<upgrade::Connection> connection;  // an upgraded socket, or
+  std::shared_ptr<EpollSet> epoll_set;              // an epoll set holding some
 };
 
-// The upgraded sockets of the set; declines the ones not yet upgraded.
+// The entries whose readiness the kernel cannot tell.
 std::vector<Watched> upgraded_entries(const pollfd* fds, nfds_t count) {
   std::vector<Watched> watched;
   for (nfds_t index = 0; index < count; ++index) {
     if (fds[index].fd < 0) continue;
     std::shared_ptr<upgrade::Connection> connection = upgrade::find_connection(fds[index].fd);
-    if (connection == nullptr) continue;
-    if (connection->phase() == upgrade::UpgradePhase::offered) {
-      connection->decline("polled before the upgrade");
-      QPSOCK_LOG(info, "fd %d: waited on before its upgrade; it stays on TCP", fds[index].fd);
+    if (connection != nullptr && connection->stream() != nullptr) {
+      watched.push_back({index, std::move(connection), nullptr});
+    } else if (connection == nullptr) {
+      if (auto set = active_epoll_set(fds[index].fd)) watched.push_back({index, nullptr, std::move(set)});
     }
-    if (connection->stream() != nullptr) watched.push_back({index, std::move(connection)});
   }
   return watched;
 }
 
-// The application's revents for an upgraded socket: switched directions from
-// the stream, the others from what the kernel said of the TCP socket.
-short merged_events(const Watched& entry, short wanted, short kernel) {
-  upgrade::Connection& connection = *entry.connection;
-  const short stream_events = connection.stream()->readiness();
-  short events = 0;
-  const short read_bits = POLLIN | POLLRDNORM | POLLRDHUP;
-  const short write_bits = POLLOUT | POLLWRNORM;
-  events |= (connection.receiving_switched() ? stream_events : kernel) & read_bits;
-  events |= (connection.sending_switched() ? stream_events : kernel) & write_bits;
-  if (connection.switched()) {
-    events |= stream_events & (POLLHUP | POLLERR);
-  } else {
-    events |= kernel & (POLLHUP | POLLERR);
+// The application's revents for a watched entry, given the kernel's.
+short merged_events(const Watched& entry, short wanted, short kernel, bool set_ready) {
+  if (entry.epoll_set != nullptr) {
+    const short events = static_cast<short>(kernel | (set_ready ? POLLIN : 0));
+    return static_cast<short>(events & (wanted | POLLHUP | POLLERR | POLLNVAL));
   }
+  // The streams were armed before this look: it must not spend the arm.
+  const short events = upgraded_socket_events(*entry.connection, kernel, stream::Stream::Progress::none);
   return static_cast<short>(events & (wanted | POLLHUP | POLLERR));
+}
+
+// Fills the application's revents from the kernel's and the streams'; how
+// many entries have any.
+int gather(pollfd* fds, nfds_t count, const std::vector<pollfd>& kernel_set,
+           const std::vector<Watched>& watched, const std::vector<bool>& set_ready) {
+  int ready = 0;
+  size_t next_watched = 0;
+  for (nfds_t index = 0; index < count; ++index) {
+    short events = kernel_set[index].revents;
+    if (next_watched < watched.size() && watched[next_watched].index == index) {
+      events = merged_events(watched[next_watched], fds[index].events, events, set_ready[next_watched]);
+      ++next_watched;
+    }
+    fds[index].revents = events;
+    if (events != 0) ++ready;
+  }
+  return ready;
 }
 
 int remaining_timeout(const std::optional<Clock::time_point>& deadline, timespec& storage,
@@ -82,36 +95,74 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
   // The application's fds, then each stream's wait handle.
   std::vector<pollfd> kernel_set(fds, fds + count);
   for (const Watched& entry : watched) {
-    kernel_set[entry.index].events |= POLLIN;  // the token, the peer's FIN
+    if (entry.epoll_set != nullptr) {
+      kernel_set[entry.index].events |= POLLIN;  // the set's own fd wakes on its streams
+      continue;
+    }
     kernel_set.push_back({entry.connection->stream()->transport_wait_handle(), POLLIN, 0});
+    kernel_set.push_back({entry.connection->stream()->wake_handle(), POLLIN, 0});
   }
-  for (bool first = true;; first = false) {
-    bool something_moved = false;
+  // Arm every stream, then look (without sleeping); only then sleep. A
+  // completion after the arm wakes the sleep; one before it is in what we
+  // looked at. (Sleeping right after an arm that found progress, or spinning
+  // on it, would either miss readiness or burn a core while the other
+  // direction is busy.)
+  for (;;) {
+    // What the kernel watches of a TCP socket is what the stream cannot tell.
+    // Until the receiving direction switches, the token arriving in TCP is
+    // what wakes a reader; after it, TCP's POLLIN means only the peer's FIN
+    // (the stream reports the end itself). A switched sending direction's
+    // room is the stream's: TCP's POLLOUT, always set, would never let us
+    // sleep.
+    for (const Watched& entry : watched) {
+      if (entry.connection == nullptr) continue;
+      short& events = kernel_set[entry.index].events;
+      events = fds[entry.index].events;
+      if (!entry.connection->receiving_switched()) events |= POLLIN;
+      else events &= ~(POLLIN | POLLRDNORM | POLLRDHUP);
+      if (entry.connection->sending_switched()) events &= ~(POLLOUT | POLLWRNORM);
+    }
+    // Counted as a sleeper from before the arm: another thread's progress
+    // that consumes a wakeup meant for us then signals the wake handle.
     for (const Watched& entry : watched)
-      something_moved |= entry.connection->stream()->arm_for_readiness();
-    const timespec zero{0, 0};
-    timespec left_storage;
-    const timespec* left = nullptr;
-    remaining_timeout(deadline, left_storage, left);
-    // Look without sleeping first: a stream may be ready already.
-    const int polled = next::ppoll(kernel_set.data(), kernel_set.size(),
-                                   first || something_moved ? &zero : left, mask);
-    if (polled < 0) {
+      if (entry.connection != nullptr) entry.connection->stream()->begin_readiness_sleep();
+    std::vector<bool> set_ready(watched.size(), false);
+    for (size_t entry = 0; entry < watched.size(); ++entry) {
+      if (watched[entry].epoll_set != nullptr) {
+        set_ready[entry] = watched[entry].epoll_set->prepare_outer_sleep();
+      } else {
+        watched[entry].connection->stream()->arm_for_readiness();
+      }
+    }
+    bool any_set_ready = false;
+    for (bool ready_set : set_ready) any_set_ready |= ready_set;
+    int ready = 0;
+    bool failed = false;
+    for (const bool sleep : {false, true}) {
+      if (sleep && any_set_ready) break;
+      const timespec zero{0, 0};
+      timespec left_storage;
+      const timespec* left = nullptr;
+      remaining_timeout(deadline, left_storage, left);
+      const int polled = next::ppoll(kernel_set.data(), kernel_set.size(), sleep ? left : &zero, mask);
+      if (polled < 0) {
+        failed = true;
+        break;
+      }
+      ready = gather(fds, count, kernel_set, watched, set_ready);
+      if (ready > 0 || (deadline && Clock::now() >= *deadline)) break;
+    }
+    const int poll_error = errno;
+    for (const Watched& entry : watched) {
+      if (entry.epoll_set != nullptr) entry.epoll_set->finish_outer_sleep();
+      if (entry.connection != nullptr) entry.connection->stream()->end_readiness_sleep();
+    }
+    if (failed) {
+      errno = poll_error;
       result = -1;
       return true;
     }
-    int ready = 0;
-    size_t next_watched = 0;
-    for (nfds_t index = 0; index < count; ++index) {
-      short events = kernel_set[index].revents;
-      if (next_watched < watched.size() && watched[next_watched].index == index) {
-        events = merged_events(watched[next_watched], fds[index].events, events);
-        ++next_watched;
-      }
-      fds[index].revents = events;
-      if (events != 0) ++ready;
-    }
-    if (ready > 0 || (!first && !something_moved && deadline && Clock::now() >= *deadline)) {
+    if (ready > 0 || (deadline && Clock::now() >= *deadline)) {
       result = ready;
       return true;
     }
@@ -156,19 +207,6 @@ bool select_upgraded(int count, fd_set* read_set, fd_set* write_set, fd_set* err
   }
   result = bits;
   return true;
-}
-
-void decline_upgrade_for_epoll(int fd) {
-  if (!upgrade::any_connections()) return;
-  std::shared_ptr<upgrade::Connection> connection = upgrade::find_connection(fd);
-  if (connection == nullptr) return;
-  if (connection->phase() == upgrade::UpgradePhase::offered) {
-    connection->decline("registered with epoll before the upgrade");
-    QPSOCK_LOG(info, "fd %d: registered with epoll before its upgrade; it stays on TCP", fd);
-  } else if (connection->stream() != nullptr) {
-    QPSOCK_LOG(warn, "fd %d: epoll on an upgraded socket is not supported yet; "
-               "its readiness may lag", fd);
-  }
 }
 
 }  // namespace qpsock::readiness

@@ -4,9 +4,10 @@
 // sleeps in the kernel on the original fds plus each stream's transport wait
 // handle, so nothing spins while idle.
 //
-// A socket that is still waiting for its upgrade when the application first
-// waits on it stays on TCP for good (readiness before the upgrade would have
-// to be promised for a transport that does not exist yet).
+// A socket still waiting for its upgrade is the kernel's: the peer's switch
+// writes the binding token into TCP, which wakes a reader, and the reader's
+// next call finds the stream. An epoll fd whose set holds upgraded sockets is
+// readable when one of them is (its streams are armed while we sleep).
 #pragma once
 
 #include <poll.h>
@@ -23,10 +24,5 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
 // The same for select (timeout updated as Linux does).
 bool select_upgraded(int count, fd_set* read_set, fd_set* write_set, fd_set* error_set,
                      const timespec* timeout, const sigset_t* mask, int& result);
-
-// epoll over upgraded sockets is not done yet: a socket registered in an
-// epoll set before its upgrade stays on TCP; one registered after it gets a
-// warning (its readiness is the kernel's, which may miss stream data).
-void decline_upgrade_for_epoll(int fd);
 
 }  // namespace qpsock::readiness

@@ -11,6 +11,7 @@
 #include "sockets/connection_policy.h"
 #include "sockets/fd_table.h"
 #include "libc/next_symbols.h"
+#include "readiness/upgraded_epoll.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/socket_upgrade.h"
 
@@ -108,6 +109,7 @@ int close(int fd) {
   record_fd_close(fd);
   table().forget(fd);
   upgrade::connection_closing(fd);
+  readiness::fd_closing(fd);
   return next::close(fd);
 }
 
@@ -132,6 +134,8 @@ int dup2(int old_fd, int new_fd) {
     table().copy(old_fd, new_fd);
     record_fd_copy(old_fd, new_fd);
     upgrade::copy_connection(old_fd, new_fd);
+    // The socket new_fd held leaves the epoll sets it was in, as when closed.
+    readiness::fd_closing(new_fd);
   }
   return result;
 }
@@ -142,6 +146,7 @@ int dup3(int old_fd, int new_fd, int flags) {
     table().copy(old_fd, new_fd);
     record_fd_copy(old_fd, new_fd);
     upgrade::copy_connection(old_fd, new_fd);
+    readiness::fd_closing(new_fd);
   }
   return result;
 }

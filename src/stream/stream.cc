@@ -111,21 +111,76 @@ size_t Stream::unsent_bytes() {
 bool Stream::arm_for_readiness() {
   std::lock_guard state(state_mutex_);
   if (!connected_ || broken_) return true;
-  flush_unnotified_locked();
-  if (progress_locked()) return true;
-  if (transport_->arm() < 0) {
-    break_connection_locked(ECONNRESET);
-    return true;
+  bool moved = false;
+  for (;;) {
+    flush_unnotified_locked();
+    moved |= progress_locked();
+    if (transport_->arm() < 0) {
+      break_connection_locked(ECONNRESET);
+      return true;
+    }
+    if (!progress_locked()) return moved;
+    // A completion raced the arm and may have spent it: arm again.
+    moved = true;
   }
-  // A completion that raced the arm may have spent it: look instead of sleeping.
-  return progress_locked();
 }
 
-short Stream::readiness() {
+void Stream::notify_waiters_locked() {
+  ++activity_;
+  wake_.notify();
+  for (const auto& signal : readiness_signals_) signal->notify();
+}
+
+void Stream::add_readiness_signal(std::shared_ptr<ReadinessSignal> signal) {
+  std::lock_guard state(state_mutex_);
+  readiness_signals_.push_back(std::move(signal));
+}
+
+void Stream::remove_readiness_signal(const ReadinessSignal* signal) {
+  std::lock_guard state(state_mutex_);
+  for (auto it = readiness_signals_.begin(); it != readiness_signals_.end(); ++it) {
+    if (it->get() == signal) {
+      readiness_signals_.erase(it);
+      return;
+    }
+  }
+}
+
+void Stream::begin_readiness_sleep() {
+  std::lock_guard state(state_mutex_);
+  wake_.add_sleeper();
+}
+
+void Stream::end_readiness_sleep() {
+  std::lock_guard state(state_mutex_);
+  wake_.remove_sleeper();
+}
+
+uint64_t Stream::activity() {
+  std::lock_guard state(state_mutex_);
+  return activity_;
+}
+
+void Stream::on_control_event(short revents) {
+  {
+    std::lock_guard state(state_mutex_);
+    if (!watching_control_) return;
+  }
+  // The handler looks at the stream itself: called without the lock, as the
+  // blocking waits call it.
+  const ControlVerdict verdict = control_handler_(revents);
+  std::lock_guard state(state_mutex_);
+  if (verdict == ControlVerdict::stop_watching) watching_control_ = false;
+  if (verdict == ControlVerdict::connection_lost) break_connection_locked(ECONNRESET);
+}
+
+short Stream::readiness(Progress progress) {
   std::lock_guard state(state_mutex_);
   if (!connected_) return 0;
-  flush_unnotified_locked();
-  progress_locked();
+  if (progress == Progress::make) {
+    flush_unnotified_locked();
+    progress_locked();
+  }
   short events = 0;
   const bool read_closed = eof_received_ || read_shutdown_ || broken_;
   if (read_closed) events |= POLLIN | POLLRDNORM | POLLRDHUP;
@@ -144,7 +199,7 @@ int Stream::shutdown_read() {
   std::lock_guard state(state_mutex_);
   if (!connected_) return -ENOTCONN;
   read_shutdown_ = true;
-  wake_.notify();
+  notify_waiters_locked();
   return 0;
 }
 
@@ -159,7 +214,7 @@ int Stream::shutdown_write() {
     flush_unnotified_locked();
     flush_notifications_locked();
   }
-  wake_.notify();
+  notify_waiters_locked();
   return 0;
 }
 
@@ -191,7 +246,7 @@ CloseResult Stream::close() {
   closed_ = true;
   broken_ = true;
   transport_->disconnect();
-  wake_.notify();
+  notify_waiters_locked();
   QPSOCK_LOG(debug, "stream closed: %zu bytes unread, error %d", unread, error);
   return {unread, error};
 }

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "stream/credit_window.h"
 #include "stream/blocking.h"
@@ -35,6 +36,7 @@
 #include "stream/ring_layout.h"
 #include "stream/stream_settings.h"
 #include "stream/transport.h"
+#include "stream/readiness_signal.h"
 #include "stream/wake_signal.h"
 
 namespace qpsock::stream {
@@ -95,8 +97,11 @@ class Stream {
   size_t readable_bytes();  // FIONREAD
   size_t unsent_bytes();    // SIOCOUTQ
   // poll(2) events as tcp_poll reports them: POLLIN|POLLRDNORM, POLLOUT|
-  // POLLWRNORM, POLLRDHUP, POLLHUP, POLLERR.
-  short readiness();
+  // POLLWRNORM, POLLRDHUP, POLLHUP, POLLERR. Progress::none looks at the
+  // state as it is: a waiter that has armed must not poll the transport
+  // before it sleeps, or a completion consumed then spends the arm.
+  enum class Progress : uint8_t { make, none };
+  short readiness(Progress progress = Progress::make);
   int shutdown_write();
   int shutdown_read();
   // Flushes what was sent, ends our direction, and disconnects the transport.
@@ -107,14 +112,31 @@ class Stream {
   // SO_ERROR: the pending error (positive errno), cleared.
   int take_error();
 
-  // For the readiness layer (poll/select over upgraded sockets): arms the
-  // transport's wait handle so that the next completion makes it readable.
-  // True if something happened meanwhile: look at readiness() again instead
-  // of sleeping.
+  // For the readiness layer (poll/select/epoll over upgraded sockets): takes
+  // in what has completed, then arms the transport's wait handle so that the
+  // next completion makes it readable (armed again if one raced the arm).
+  // Look at readiness(Progress::none) after it, then sleep. True if anything
+  // completed.
   bool arm_for_readiness();
   // For the readiness layer: the fds a waiter for this stream polls.
   int transport_wait_handle() const { return transport_->wait_handle(); }
   int wake_handle() const { return wake_.fd(); }
+  // Around a poll(2) sleep on wake_handle(): another thread's progress may
+  // consume the transport's wakeup this sleeper needed, and then wakes it
+  // through wake_handle() instead, as it wakes blocked readers and writers.
+  void begin_readiness_sleep();
+  void end_readiness_sleep();
+  // For epoll over upgraded sockets: `signal` hears of every change of this
+  // stream's state that a thread of ours makes (a read that returned credit),
+  // as the transport's wait handle tells of what the peer did.
+  void add_readiness_signal(std::shared_ptr<ReadinessSignal> signal);
+  void remove_readiness_signal(const ReadinessSignal* signal);
+  // Counts the changes of state (data, credit, end, errors): edge-triggered
+  // readiness is reported again only when this moved.
+  uint64_t activity();
+  // A readiness waiter saw `revents` on the TCP control socket: act on it as
+  // a blocking wait would (a reset or a FIN before our end breaks the stream).
+  void on_control_event(short revents);
 
   // Test and statistics hooks.
   uint32_t notifications_in_flight();
@@ -136,6 +158,8 @@ class Stream {
   bool send_queue_has_room_locked(uint32_t posts) const;
   void break_connection_locked(int pending_error);
   void protocol_error_locked(const char* what);
+  // Wakes whoever waits for this stream's state to change.
+  void notify_waiters_locked();
 
   // --- stream_wait.cc ---
   struct WaitOptions {
@@ -227,6 +251,8 @@ class Stream {
   int pending_error_ = 0;               // positive errno, reported once
   bool end_of_stream_pending_ = false;
   bool pull_active_ = false;            // a receiver waits for its reads
+  uint64_t activity_ = 0;
+  std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels
 
   // --- guarded by receive_mutex_ ---

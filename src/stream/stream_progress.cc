@@ -26,7 +26,7 @@ bool Stream::progress_locked() {
     if (static_cast<size_t>(count) < batch.size()) break;
   }
   flush_notifications_locked();
-  if (changed) wake_.notify();
+  if (changed) notify_waiters_locked();
   return changed;
 }
 
@@ -180,7 +180,7 @@ void Stream::break_connection_locked(int pending_error) {
   if (pending_error != 0 && pending_error_ == 0) pending_error_ = pending_error;
   // The peer must lose access to our ring and rendezvous buffers at once.
   transport_->disconnect();
-  wake_.notify();
+  notify_waiters_locked();
   QPSOCK_LOG(debug, "stream broken (error %d)", pending_error);
 }
 

@@ -82,7 +82,7 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
   receive_lock.lock();
   state.lock();
   pull_active_ = false;
-  wake_.notify();
+  notify_waiters_locked();
   return broken_ ? -ECONNRESET : 0;
 }
 

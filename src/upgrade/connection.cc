@@ -56,6 +56,12 @@ void Connection::report_path() {
   }
 }
 
+namespace {
+std::atomic<uint64_t> installed_streams{0};
+}  // namespace
+
+uint64_t stream_installations() { return installed_streams.load(std::memory_order_acquire); }
+
 void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token,
                          int tcp_fd) {
   peer_token_ = peer_token;
@@ -76,6 +82,7 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   });
   stream_installed_.store(raw, std::memory_order_release);
   phase_.store(UpgradePhase::established, std::memory_order_release);
+  installed_streams.fetch_add(1, std::memory_order_acq_rel);
   report_path();
 }
 

@@ -38,6 +38,10 @@ enum class UpgradePhase : uint8_t {
   declined,     // stays on TCP for good
 };
 
+// How many streams this process has installed so far: the epoll layer looks
+// for newly upgraded sockets in its sets only when this moved.
+uint64_t stream_installations();
+
 class Connection {
  public:
   explicit Connection(config::Role role);

@@ -8,8 +8,8 @@
 # names its children ("connection N served by child PID"); the parent's own
 # pid is the program under the timeout (qpsock-run execs it) and is also the
 # pid on the log lines of its accepts.
-# echo_client -B opens the connections at once, with blocking I/O and no poll
-# (a socket waited on before its upgrade stays on TCP), and checks every
+# echo_client -B opens the connections at once, with blocking I/O and no poll,
+# and checks every
 # echoed byte; its report must match a plain/plain run's. In a network
 # namespace of its own, like shm_upgrade.sh.
 # usage: fork_upgrade.sh [CONNECTIONS]    (root: it makes a network namespace)

@@ -8,9 +8,7 @@
  * usage: echo_client [-6] [-B] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE]
  *                    [-t IDLE_SECONDS] PORT
  *
- * -B: blocking sockets and no poll at all (qpsock keeps a socket that is
- * waited on before its upgrade on TCP, so this is the mode that lets the
- * connections upgrade). All connections are opened first, so that the server
+ * -B: blocking sockets and no poll at all. All connections are opened first, so that the server
  * holds them at once, then served in turn: one random-sized write of at most
  * 64 KiB (default socket buffers and stream rings hold that much in flight,
  * so the write does not wait for our read), then its echo read back and

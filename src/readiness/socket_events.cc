@@ -1,0 +1,22 @@
+#include "readiness/socket_events.h"
+
+#include <poll.h>
+
+namespace qpsock::readiness {
+
+short upgraded_socket_events(upgrade::Connection& connection, short kernel,
+                             stream::Stream::Progress progress) {
+  const short stream_events = connection.stream()->readiness(progress);
+  constexpr short read_bits = POLLIN | POLLRDNORM | POLLRDHUP;
+  constexpr short write_bits = POLLOUT | POLLWRNORM;
+  constexpr short failure_bits = POLLHUP | POLLERR;
+  short events = 0;
+  events |= (connection.receiving_switched() ? stream_events : kernel) & read_bits;
+  events |= (connection.sending_switched() ? stream_events : kernel) & write_bits;
+  events |= (connection.switched() ? stream_events : kernel) & failure_bits;
+  // Urgent data never travels on a stream; the kernel's word on it stands.
+  events |= kernel & POLLPRI;
+  return events;
+}
+
+}  // namespace qpsock::readiness

@@ -1,0 +1,35 @@
+#include "stream/readiness_signal.h"
+
+#include <sys/eventfd.h>
+
+#include <cerrno>
+
+#include "libc/next_symbols.h"
+
+namespace qpsock::stream {
+
+ReadinessSignal::~ReadinessSignal() {
+  if (fd_ >= 0) next::close(fd_);
+}
+
+int ReadinessSignal::open() {
+  fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  return fd_ < 0 ? -errno : 0;
+}
+
+void ReadinessSignal::notify() {
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  if (signalled_.exchange(true, std::memory_order_acq_rel)) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t count = next::write(fd_, &one, sizeof(one));
+}
+
+void ReadinessSignal::drain() {
+  // Cleared before the read: a notify in between writes again, and the waiter
+  // looks at every stream after draining anyway.
+  signalled_.store(false, std::memory_order_release);
+  uint64_t drained;
+  [[maybe_unused]] ssize_t count = next::read(fd_, &drained, sizeof(drained));
+}
+
+}  // namespace qpsock::stream

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Event-driven programs over upgraded sockets (issue 4), proved upgraded rather
+# than assumed. In a network namespace of its own (so the kernel's IP counter
+# counts only this test's traffic), each server below serves 16 concurrent
+# connections of echo_client (poll, non-blocking, each a checked pseudo-random
+# stream). The client's report must equal the plain/plain reference, both
+# logs must say "upgraded to shared memory" once per connection, and IP
+# OutOctets must grow by less than a quarter of the payload (what is written
+# before the switch goes over TCP: about a socket buffer per connection).
+#   - epoll_echo_server: level-triggered, EPOLLET, EPOLLONESHOT with 4 threads
+#     on one set, the set nested in another epoll set and polled with poll(2);
+#   - the Java NIO Selector server (epoll underneath) and python asyncio;
+#   - an upgraded connection idle in epoll costs no CPU (nothing spins).
+# usage: epoll_upgrade.sh    (root: it makes a network namespace)
+set -Eeuo pipefail
+PROGRAMS=${QPSOCK_PROGRAMS_DIR:?}
+RUN=${QPSOCK_RUN:?}
+LIBRARY=${QPSOCK_LIBRARY:?}
+JAR=${QPSOCK_JAVA_JAR:-$PROGRAMS/java/qpsock_test_programs.jar}
+ASYNCIO=$(dirname "$(readlink -f "$0")")/../programs/asyncio_echo.py
+CONNECTIONS=16
+BYTES=4194304
+
+if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
+  if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
+    echo "epoll_upgrade: needs root for a network namespace; skipped" >&2
+    exit 77
+  fi
+  exec unshare --net env QPSOCK_IN_NAMESPACE=1 bash "$0" "$@"
+fi
+ip link set lo up
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+pass() { echo "ok: $*" >&2; }
+
+out_octets() { awk '/^IpExt:/ { if (header) { print $9; exit } header = 1 }' /proc/net/netstat; }
+# prefix RUNNER LOG: sets PREFIX to what runs a command under RUNNER.
+prefix() {
+  PREFIX=()
+  [[ $1 == qpsock ]] && PREFIX=("$RUN" --library "$LIBRARY" --log-level info --log-file "$2" --)
+  return 0
+}
+wait_port() { # wait_port PORT: until something listens on it (at most 20 s)
+  for _ in $(seq 200); do
+    ss -Hltn "sport = :$1" | grep -q . && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+PORT=7000
+# echo_pair NAME RUNNER SERVER_COMMAND...: the server (PORT replaced by the
+# port) and echo_client under RUNNER; the client's report is $WORK/NAME.RUNNER.
+echo_pair() {
+  local name=$1 runner=$2
+  shift 2
+  PORT=$((PORT + 1))
+  local command=("${@//@PORT@/$PORT}")
+  rm -f "$WORK/$name.$runner".*log
+  prefix "$runner" "$WORK/$name.$runner.server.log"
+  timeout -k 5 120 "${PREFIX[@]}" "${command[@]}" >"$WORK/$name.$runner.server.out" 2>&1 &
+  local server_pid=$!
+  PIDS+=("$server_pid")
+  if ! wait_port "$PORT"; then
+    fail "$name ($runner): the server never listened"
+    cat "$WORK/$name.$runner.server.out" >&2
+    return
+  fi
+  local status=0 server_status=0
+  prefix "$runner" "$WORK/$name.$runner.client.log"
+  timeout -k 5 120 "${PREFIX[@]}" "$PROGRAMS/echo_client" -c "$CONNECTIONS" -b "$BYTES" -s 21 "$PORT" \
+    >"$WORK/$name.$runner" 2>"$WORK/$name.$runner.client.out" || status=$?
+  wait "$server_pid" || server_status=$?
+  if [[ $status != 0 || $server_status != 0 ]]; then
+    fail "$name ($runner): client $status, server $server_status"
+    cat "$WORK/$name.$runner.server.out" "$WORK/$name.$runner.client.out" >&2
+    return
+  fi
+  if ! cmp -s "$WORK/reference" "$WORK/$name.$runner"; then
+    fail "$name ($runner): the echoed streams differ from the plain reference"
+    diff "$WORK/reference" "$WORK/$name.$runner" >&2 || true
+    return
+  fi
+  if [[ $runner == qpsock ]]; then
+    local side count
+    for side in server client; do
+      count=$(grep -c "upgraded to shared memory" "$WORK/$name.$runner.$side.log" || true)
+      if [[ $count != "$CONNECTIONS" ]]; then
+        fail "$name: the $side log shows $count upgrades, not $CONNECTIONS"
+        grep -v statistics "$WORK/$name.$runner.$side.log" | head -20 >&2
+        return
+      fi
+    done
+  fi
+  pass "$name ($runner): $CONNECTIONS x $BYTES bytes echoed intact"
+}
+
+# The reference streams: plain epoll server, plain client.
+PORT=$((PORT + 1))
+"$PROGRAMS/epoll_echo_server" -n "$CONNECTIONS" "$PORT" >/dev/null 2>&1 &
+PIDS+=($!)
+wait_port "$PORT"
+timeout -k 5 60 "$PROGRAMS/echo_client" -c "$CONNECTIONS" -b "$BYTES" -s 21 "$PORT" >"$WORK/reference" 2>/dev/null
+wait
+
+SERVERS=(
+  "epoll-level|$PROGRAMS/epoll_echo_server -m level -n $CONNECTIONS @PORT@"
+  "epoll-edge|$PROGRAMS/epoll_echo_server -m edge -n $CONNECTIONS @PORT@"
+  "epoll-oneshot-4-threads|$PROGRAMS/epoll_echo_server -m oneshot -t 4 -n $CONNECTIONS @PORT@"
+  "epoll-nested-in-epoll|$PROGRAMS/epoll_echo_server -m edge -w epoll -n $CONNECTIONS @PORT@"
+  "epoll-nested-in-poll|$PROGRAMS/epoll_echo_server -m oneshot -t 2 -w poll -n $CONNECTIONS @PORT@"
+)
+if [[ -f $JAR ]] && command -v java >/dev/null; then
+  SERVERS+=("java-nio-selector|java -XX:+UseSerialGC -Xmx256m -XX:TieredStopAtLevel=1 -cp $JAR NioEchoServer @PORT@ $CONNECTIONS")
+else
+  echo "epoll_upgrade: no JDK or test jar; the Java NIO case is skipped" >&2
+fi
+
+payload=0
+before=$(out_octets)
+for spec in "${SERVERS[@]}"; do
+  IFS='|' read -r name command <<<"$spec"
+  read -r -a command <<<"$command"
+  echo_pair "$name" qpsock "${command[@]}"
+  payload=$((payload + 2 * CONNECTIONS * BYTES))
+done
+grown=$(($(out_octets) - before))
+echo "epoll_upgrade: $payload payload bytes; IP OutOctets grew by $grown" >&2
+# What a client writes before the server's first read has answered the
+# upgrade goes over TCP (up to its socket buffer per connection, echoed back
+# the same way); everything after it must not.
+if ((grown * 4 < payload)); then
+  pass "the kernel's TCP/IP carried $((grown * 100 / payload))% of the payload (the bytes before the switch)"
+else
+  fail "the kernel's TCP/IP carried $grown bytes of $payload"
+fi
+
+# python asyncio: its own client (sha256 per connection), against its plain run.
+asyncio_run() { # asyncio_run RUNNER
+  local runner=$1 port_file=$WORK/asyncio.$1.port
+  prefix "$runner" "$WORK/asyncio.$runner.server.log"
+  timeout -k 5 120 "${PREFIX[@]}" python3 "$ASYNCIO" server "$port_file" 8 >"$WORK/asyncio.$runner.server.out" 2>&1 &
+  local server_pid=$!
+  PIDS+=("$server_pid")
+  for _ in $(seq 200); do [[ -s $port_file ]] && break; sleep 0.1; done
+  prefix "$runner" "$WORK/asyncio.$runner.client.log"
+  timeout -k 5 120 "${PREFIX[@]}" python3 "$ASYNCIO" client "$(cat "$port_file")" 8 "$BYTES" 5 >"$WORK/asyncio.$runner"
+  wait "$server_pid"
+}
+if asyncio_run plain && asyncio_run qpsock && cmp -s "$WORK/asyncio.plain" "$WORK/asyncio.qpsock"; then
+  upgrades=$(cat "$WORK"/asyncio.qpsock.{server,client}.log | grep -c "upgraded to shared memory" || true)
+  if [[ $upgrades == 16 ]]; then
+    pass "python asyncio: 8 connections echoed intact, all upgraded"
+  else
+    fail "python asyncio: $upgrades upgrade lines, not 16"
+  fi
+else
+  fail "python asyncio: failed or differs from its plain run"
+fi
+
+# Idle: one upgraded connection waiting in epoll_wait costs no CPU.
+PORT=$((PORT + 1))
+"$RUN" --library "$LIBRARY" --log-level info --log-file "$WORK/idle.server.log" -- \
+  "$PROGRAMS/epoll_echo_server" -m edge -n 1 "$PORT" >/dev/null 2>&1 &
+idle_server=$!
+PIDS+=("$idle_server")
+wait_port "$PORT"
+(echo ping; sleep 3; echo pong) | timeout 20 "$RUN" --library "$LIBRARY" --log-level info \
+  --log-file "$WORK/idle.client.log" -- socat - "TCP:127.0.0.1:$PORT" >"$WORK/idle.out" &
+idle_client=$!
+PIDS+=("$idle_client")
+for _ in $(seq 100); do grep -q ping "$WORK/idle.out" 2>/dev/null && break; sleep 0.05; done
+server_process=$(pgrep -P "$idle_server" -x epoll_echo_serv || echo "$idle_server")
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+first=$(ticks "$server_process")
+sleep 2
+idle_ticks=$(($(ticks "$server_process") - first))
+wait "$idle_client" || true
+wait "$idle_server" || true
+if [[ $(tr '\n' ' ' <"$WORK/idle.out") == "ping pong " ]] && grep -q "upgraded to shared memory" "$WORK/idle.server.log" &&
+   ((idle_ticks <= 5)); then
+  pass "idle upgraded connection in epoll: $idle_ticks CPU ticks in 2 s"
+else
+  fail "idle upgraded connection: $idle_ticks CPU ticks in 2 s, output '$(cat "$WORK/idle.out")'"
+fi
+
+echo "epoll_upgrade: $failures failed" >&2
+[[ $failures == 0 ]]
