@@ -1,9 +1,12 @@
 #include "sockets/data_transfer.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <vector>
 
 #include "libc/next_symbols.h"
@@ -31,6 +34,26 @@ std::span<const iovec> iovecs(const iovec* vector, int count) {
   return {vector, count > 0 ? static_cast<size_t>(count) : 0};
 }
 
+size_t total_length(const iovec* vector, int count) {
+  size_t total = 0;
+  for (int index = 0; index < count; ++index) total += vector[index].iov_len;
+  return total;
+}
+
+// The kernel refuses more than UIO_MAXIOV (IOV_MAX) pieces: readv and writev
+// (and a negative count) with EINVAL, the msghdr calls with EMSGSIZE.
+bool vector_count_refused(int count) {
+  if (count >= 0 && count <= IOV_MAX) return false;
+  errno = EINVAL;
+  return true;
+}
+
+bool message_refused(const msghdr& message) {
+  if (message.msg_iovlen <= IOV_MAX) return false;
+  errno = EMSGSIZE;
+  return true;
+}
+
 // sendfile/splice through a Connection: copied through a bounded buffer,
 // so a switched stream never meets bytes the kernel moved on its own.
 constexpr size_t kCopyChunk = 64 << 10;
@@ -54,15 +77,21 @@ ssize_t copy_into_connection(upgrade::Connection& connection, int out_fd, int in
 
 }  // namespace
 
+// read and readv of nothing return 0 at once on a socket, whatever is queued
+// (sock_read_iter); recv of nothing is the protocol's to answer.
 ssize_t read(int fd, void* buffer, size_t count) {
-  if (auto connection = upgrade::connection_for_io(fd))
-    return receive_through(*connection, fd, buffer, count, 0);
+  if (count > 0) {
+    if (auto connection = upgrade::connection_for_io(fd))
+      return receive_through(*connection, fd, buffer, count, 0);
+  }
   return count_received(fd, next::read(fd, buffer, count));
 }
 
 ssize_t readv(int fd, const iovec* vector, int count) {
-  if (auto connection = upgrade::connection_for_io(fd))
-    return connection->receive(fd, iovecs(vector, count), 0);
+  if (auto connection = upgrade::connection_for_io(fd)) {
+    if (vector_count_refused(count)) return -1;
+    if (total_length(vector, count) > 0) return connection->receive(fd, iovecs(vector, count), 0);
+  }
   return count_received(fd, next::readv(fd, vector, count));
 }
 
@@ -73,8 +102,10 @@ ssize_t write(int fd, const void* buffer, size_t count) {
 }
 
 ssize_t writev(int fd, const iovec* vector, int count) {
-  if (auto connection = upgrade::connection_for_io(fd))
+  if (auto connection = upgrade::connection_for_io(fd)) {
+    if (vector_count_refused(count)) return -1;
     return connection->send(fd, iovecs(vector, count), 0);
+  }
   return count_sent(fd, next::writev(fd, vector, count));
 }
 
@@ -93,20 +124,35 @@ ssize_t sendto(int fd, const void* buffer, size_t count, int flags, const sockad
 }
 
 ssize_t sendmsg(int fd, const msghdr* message, int flags) {
-  if (auto connection = upgrade::connection_for_io(fd))
+  if (auto connection = upgrade::connection_for_io(fd)) {
+    if (message_refused(*message)) return -1;
     return connection->send(fd, {message->msg_iov, message->msg_iovlen}, flags);
+  }
   return count_sent(fd, next::sendmsg(fd, message, flags));
 }
 
 int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
   if (auto connection = upgrade::connection_for_io(fd)) {
+    // As __sys_sendmmsg: an error ends the batch (reported only if nothing was
+    // sent), and so does a message sent in part.
+    const int saved_errno = errno;
+    count = std::min<unsigned int>(count, UIO_MAXIOV);
     unsigned int done = 0;
-    for (; done < count; ++done) {
-      const ssize_t sent = connection->send(
-          fd, {messages[done].msg_hdr.msg_iov, messages[done].msg_hdr.msg_iovlen}, flags);
-      if (sent < 0) return done > 0 ? static_cast<int>(done) : -1;
-      messages[done].msg_len = static_cast<unsigned int>(sent);
+    while (done < count) {
+      const msghdr& message = messages[done].msg_hdr;
+      const ssize_t sent = message_refused(message)
+                               ? -1
+                               : connection->send(fd, {message.msg_iov, message.msg_iovlen}, flags);
+      if (sent < 0) {
+        if (done == 0) return -1;
+        break;
+      }
+      messages[done++].msg_len = static_cast<unsigned int>(sent);
+      size_t wanted = 0;
+      for (size_t piece = 0; piece < message.msg_iovlen; ++piece) wanted += message.msg_iov[piece].iov_len;
+      if (static_cast<size_t>(sent) < wanted) break;
     }
+    errno = saved_errno;
     return static_cast<int>(done);
   }
   return count_messages(fd, next::sendmmsg(fd, messages, count, flags), messages,
@@ -131,6 +177,7 @@ ssize_t recvfrom(int fd, void* buffer, size_t count, int flags, sockaddr* addres
 
 ssize_t recvmsg(int fd, msghdr* message, int flags) {
   if (auto connection = upgrade::connection_for_io(fd)) {
+    if (message_refused(*message)) return -1;
     const ssize_t got = connection->receive(fd, {message->msg_iov, message->msg_iovlen}, flags);
     if (got >= 0) {
       message->msg_namelen = 0;
@@ -144,16 +191,53 @@ ssize_t recvmsg(int fd, msghdr* message, int flags) {
 
 int recvmmsg(int fd, mmsghdr* messages, unsigned int count, int flags, timespec* timeout) {
   if (auto connection = upgrade::connection_for_io(fd)) {
-    unsigned int done = 0;
-    for (; done < count; ++done) {
-      // After the first message, take only what is already here (as the kernel does).
-      const int each_flags = done == 0 ? (flags & ~MSG_WAITFORONE) : (flags | MSG_DONTWAIT);
-      const ssize_t got = connection->receive(
-          fd, {messages[done].msg_hdr.msg_iov, messages[done].msg_hdr.msg_iovlen}, each_flags);
-      if (got < 0) return done > 0 ? static_cast<int>(done) : -1;
-      messages[done].msg_len = static_cast<unsigned int>(got);
-      if (got == 0) return static_cast<int>(done + 1);
+    // As do_recvmmsg: each message is one recvmsg; MSG_WAITFORONE (only it)
+    // makes those after the first non-blocking; the end of the stream is a
+    // message of 0 bytes and the batch goes on; the timeout is looked at
+    // between messages, and what is left of it written back.
+    timespec deadline{};
+    if (timeout != nullptr) {
+      if (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000L) {
+        errno = EINVAL;
+        return -1;
+      }
+      clock_gettime(CLOCK_MONOTONIC, &deadline);
+      deadline.tv_sec += timeout->tv_sec;
+      deadline.tv_nsec += timeout->tv_nsec;
+      if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000L;
+      }
     }
+    const int saved_errno = errno;
+    int each_flags = flags & ~MSG_WAITFORONE;
+    unsigned int done = 0;
+    while (done < count) {
+      msghdr& message = messages[done].msg_hdr;
+      const ssize_t got = message_refused(message)
+                              ? -1
+                              : connection->receive(fd, {message.msg_iov, message.msg_iovlen}, each_flags);
+      if (got < 0) {
+        if (done == 0) return -1;
+        break;
+      }
+      message.msg_namelen = 0;
+      message.msg_controllen = 0;
+      message.msg_flags = 0;
+      messages[done++].msg_len = static_cast<unsigned int>(got);
+      if ((flags & MSG_WAITFORONE) != 0) each_flags |= MSG_DONTWAIT;
+      if (timeout != nullptr) {
+        timespec now{};
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long left_ns = (static_cast<long long>(deadline.tv_sec) - now.tv_sec) * 1000000000LL +
+                            (deadline.tv_nsec - now.tv_nsec);
+        if (left_ns < 0) left_ns = 0;
+        timeout->tv_sec = static_cast<time_t>(left_ns / 1000000000LL);
+        timeout->tv_nsec = static_cast<long>(left_ns % 1000000000LL);
+        if (left_ns == 0) break;
+      }
+    }
+    errno = saved_errno;
     return static_cast<int>(done);
   }
   return count_messages(fd, next::recvmmsg(fd, messages, count, flags, timeout), messages,

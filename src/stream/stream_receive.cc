@@ -23,9 +23,15 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
     StateLock receive_lock(receive_mutex_);
     StateLock state(state_mutex_);
     if (!connected_) return -ENOTCONN;
-    if (wanted == 0) return 0;
     flush_unnotified_locked();
     progress_locked();
+    if (wanted == 0) {
+      // As tcp_recvmsg: nothing to copy, but a call that may not wait on an
+      // empty, open stream says EAGAIN (a blocking one returns 0 at once).
+      if (blocking() || readable_bytes_ > 0 || eof_received_ || read_shutdown_) return 0;
+      if (broken_) return receive_error_locked();
+      return -EAGAIN;
+    }
     if (pull_active_) {
       // Another receiver waits for its reads; its bytes come first.
       receive_lock.unlock();

@@ -115,7 +115,14 @@ int Connection::unsent_bytes(int fd, int& bytes) {
 int Connection::take_error(int fd, int& error) {
   if (stream::Stream* current = stream(); current != nullptr && switched()) {
     error = current->take_error();
-    if (error != 0) return 0;
+    if (error != 0) {
+      // The kernel's socket, now only the control channel, may hold the same
+      // event (the peer's reset reaches it too): reported once, as TCP does.
+      int kernel_error = 0;
+      socklen_t length = sizeof(kernel_error);
+      next::getsockopt(fd, SOL_SOCKET, SO_ERROR, &kernel_error, &length);
+      return 0;
+    }
   }
   socklen_t length = sizeof(error);
   return next::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? 0 : -errno;

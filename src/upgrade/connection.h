@@ -98,6 +98,7 @@ class Connection {
   ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
   ssize_t send_over_stream(std::span<const iovec> data, int flags, stream::Blocking blocking);
   void try_switch_sending(int fd);
+  ssize_t receive_discarding(int fd, size_t length, int flags);
   ssize_t receive_once(int fd, std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
   ssize_t receive_from_stream(std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
   // Reads the SwitchHeader off the stream if it has arrived.

@@ -61,7 +61,11 @@ ssize_t failed(ssize_t negative_errno) {
 }  // namespace
 
 ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
+  if ((flags & MSG_TRUNC) != 0) return receive_discarding(fd, total_length(buffers), flags & ~MSG_TRUNC);
   stream::Blocking blocking = call_blocking(fd, flags);
+  // Once switched, the stream does MSG_WAITALL itself, with MSG_PEEK too (it
+  // waits until the whole amount can be peeked, as tcp_recvmsg does).
+  if (receiving_switched()) return receive_from_stream(buffers, flags, blocking);
   // MSG_WAITALL is done here, never by the kernel: it could wait for bytes
   // that will come on the stream instead.
   if ((flags & MSG_WAITALL) == 0 || (flags & MSG_PEEK) != 0 || !blocking())
@@ -83,6 +87,43 @@ ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
       rest.front().iov_len -= skip;
     }
   }
+  return static_cast<ssize_t>(done);
+}
+
+// MSG_TRUNC on TCP: the bytes are taken (or, with MSG_PEEK, counted) but never
+// copied, and the buffer may be null. They go through a scratch buffer here,
+// before or after the switch alike (the kernel's discarding would also lose
+// the binding token if it came in the same read).
+ssize_t Connection::receive_discarding(int fd, size_t length, int flags) {
+  constexpr size_t kScratch = 64 << 10;
+  size_t scratch_size = std::min(length, kScratch);
+  if ((flags & MSG_PEEK) != 0) {
+    // A peek counts what is there now, all of it (up to `length`).
+    int waiting = 0;
+    if (readable_bytes(fd, waiting) == 0 && waiting > 0)
+      scratch_size = std::min(length, static_cast<size_t>(waiting));
+  }
+  std::vector<char> scratch(scratch_size);
+  if ((flags & MSG_PEEK) != 0 || length == 0) {
+    iovec piece{scratch.data(), scratch.size()};
+    return receive(fd, {&piece, 1}, flags);
+  }
+  const int saved_errno = errno;  // a count leaves errno as it was
+  size_t done = 0;
+  while (done < length) {
+    iovec piece{scratch.data(), std::min(length - done, scratch.size())};
+    // After the first piece, only what is already here (unless MSG_WAITALL).
+    const int each = done == 0 || (flags & MSG_WAITALL) != 0 ? flags : flags | MSG_DONTWAIT;
+    const ssize_t got = receive(fd, {&piece, 1}, each);
+    if (got < 0) {
+      if (done == 0) return got;
+      break;
+    }
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
+    if (static_cast<size_t>(got) < piece.iov_len && (flags & MSG_WAITALL) == 0) break;
+  }
+  errno = saved_errno;
   return static_cast<ssize_t>(done);
 }
 

@@ -255,6 +255,18 @@ TEST_F(StreamReceiveFlagsTest, ZeroLengthCallsReturnZero) {
   EXPECT_EQ(reader().receive({}, 0, true), 0);
 }
 
+// As tcp_recvmsg: a zero-length receive that may not wait says EAGAIN on an
+// empty stream, and 0 once there is something to read.
+TEST_F(StreamReceiveFlagsTest, ZeroLengthNonBlockingReceiveOnAnEmptyStreamIsEagain) {
+  EXPECT_EQ(reader().receive({}, 0, false), -EAGAIN);
+  EXPECT_EQ(reader().receive({}, MSG_DONTWAIT, true), -EAGAIN);
+  ASSERT_EQ(send_bytes(writer(), text("x")), 1);
+  Watchdog watchdog(30s);
+  std::vector<uint8_t> buffer(1);
+  EXPECT_EQ(receive_bytes(reader(), buffer, MSG_PEEK), 1);
+  EXPECT_EQ(reader().receive({}, 0, false), 0);
+}
+
 TEST_F(StreamReceiveFlagsTest, AbortWakesEveryWaiter) {
   Watchdog watchdog(30s);
   std::atomic<ssize_t> received{1};
