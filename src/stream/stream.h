@@ -185,7 +185,8 @@ class Stream {
                                      const RegistrationLease& lease);
   // Sends `piece` by rendezvous and waits for the peer to pull it: its length,
   // or -errno (-EINTR when interrupted and the peer declined).
-  ssize_t send_rendezvous(StateLock& state, ByteRange piece, const RegistrationLease& lease);
+  ssize_t send_rendezvous(StateLock& state, ByteRange piece, const RegistrationLease& lease,
+                          std::optional<Clock::time_point> deadline);
   uint64_t bytes_before_rendezvous(const IovecCursor& source, Blocking& blocking) const;
 
   // --- stream_receive.cc ---

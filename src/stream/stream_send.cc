@@ -41,7 +41,7 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
         continue;
       }
       state.lock();
-      const ssize_t sent = send_rendezvous(state, piece, lease);
+      const ssize_t sent = send_rendezvous(state, piece, lease, blocking.deadline());
       if (sent < 0) return finish_send_locked(accepted, sent);
       accepted += sent;
       source.advance(static_cast<size_t>(sent));
@@ -52,8 +52,9 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
       send_lock.unlock();
       const int waited = wait_until(
           state, [&] { return can_write_locked(kSmallestDataRecord) || write_shutdown_; },
-          {.interruptible = true});
-      if (waited < 0) return finish_send_locked(accepted, waited);
+          {.interruptible = true, .deadline = blocking.deadline()});
+      // SO_SNDTIMEO ran out: what was sent, or EAGAIN.
+      if (waited < 0) return finish_send_locked(accepted, waited == -ETIMEDOUT ? -EAGAIN : waited);
       continue;
     }
     const ssize_t copied = send_eager_step(state, source, eager_bytes, more);

@@ -6,25 +6,29 @@
 
 namespace qpsock::stream {
 
-ssize_t Stream::send_rendezvous(StateLock& state, ByteRange piece, const RegistrationLease& lease) {
+ssize_t Stream::send_rendezvous(StateLock& state, ByteRange piece, const RegistrationLease& lease,
+                                std::optional<Clock::time_point> deadline) {
   const int64_t posted = post_rendezvous_descriptor(state, piece, lease);
   if (posted < 0) return posted;
   const auto id = static_cast<uint32_t>(posted);
   // The buffer may be reused only once the peer has answered (or cannot read
   // it any more: a broken stream has disconnected the transport).
   bool cancel_asked = false;
+  int cancel_reason = -EINTR;
   for (;;) {
     const RendezvousOutcome outcome = rendezvous_out_.outcome(id);
     if (outcome != RendezvousOutcome::pending || broken_) {
       rendezvous_out_.finish(id);
       if (outcome == RendezvousOutcome::done) return static_cast<ssize_t>(piece.length);
-      if (outcome == RendezvousOutcome::declined) return -EINTR;
+      // Declined after a signal (EINTR) or after SO_SNDTIMEO ran out (EAGAIN).
+      if (outcome == RendezvousOutcome::declined) return cancel_reason;
       return -EPIPE;
     }
     const int waited = wait_until(
         state, [&] { return rendezvous_out_.outcome(id) != RendezvousOutcome::pending; },
-        {.interruptible = !cancel_asked});
-    if (waited == -EINTR) {
+        {.interruptible = !cancel_asked, .deadline = cancel_asked ? std::nullopt : deadline});
+    if (waited == -ETIMEDOUT && !cancel_asked) cancel_reason = -EAGAIN;
+    if ((waited == -EINTR || waited == -ETIMEDOUT) && !cancel_asked) {
       // Interrupted: ask the peer to decline it if it has not begun pulling.
       cancel_asked = true;
       pending_replies_.push_back({NotificationKind::rendezvous_cancel, id});

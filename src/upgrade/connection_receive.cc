@@ -62,7 +62,7 @@ ssize_t failed(ssize_t negative_errno) {
 
 ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
   if ((flags & MSG_TRUNC) != 0) return receive_discarding(fd, total_length(buffers), flags & ~MSG_TRUNC);
-  stream::Blocking blocking = call_blocking(fd, flags);
+  stream::Blocking blocking = call_blocking(fd, flags, CallDirection::receive);
   // Once switched, the stream does MSG_WAITALL itself, with MSG_PEEK too (it
   // waits until the whole amount can be peeked, as tcp_recvmsg does).
   if (receiving_switched()) return receive_from_stream(buffers, flags, blocking);

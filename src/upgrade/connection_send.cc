@@ -57,7 +57,7 @@ void raise_sigpipe() {
 ssize_t Connection::send(int fd, std::span<const iovec> data, int flags) {
   if (!sending_switched() && send_switch_allowed_.load(std::memory_order_acquire))
     try_switch_sending(fd);
-  if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags));
+  if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags, CallDirection::send));
   return send_over_tcp(fd, data, flags);
 }
 
@@ -68,7 +68,7 @@ ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags
       // A switch is under way (it takes microseconds): its result decides.
       while (!sending_switched() && (send_gate_.load() & kGateClosed) != 0)
         std::this_thread::yield();
-      if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags));
+      if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags, CallDirection::send));
       gate = send_gate_.load(std::memory_order_acquire);
       continue;
     }

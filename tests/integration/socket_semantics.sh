@@ -56,7 +56,6 @@ declare -A KNOWN=(
   [write_interrupted]="a blocking rendezvous write waits for the peer's pull; a signal does not cut it short"
   [crossed_writes]="a rendezvous write waits for the peer's pull, beyond what SO_SNDBUF lets TCP buffer"
   [sndtimeo]="SO_SNDTIMEO is not honoured after the upgrade"
-  [rcvtimeo]="SO_RCVTIMEO is not honoured after the upgrade"
   [rcvlowat]="SO_RCVLOWAT is not honoured after the upgrade"
   [msg_more_alone]="MSG_MORE data waits for the next call; TCP sends it within 200 ms"
   [shut_rdwr]="data arriving after shutdown(SHUT_RDWR) does not reset the connection"
