@@ -179,7 +179,8 @@ int LoopbackLink::post_read(int side, std::span<const LocalSlice> destination,
       length == 0 ? nullptr
                   : find_region(peer, source.key, reinterpret_cast<void*>(source.address), length,
                                 MemoryAccess::remote_read);
-  const bool valid = length > 0 && origin != nullptr && local_slices_registered(end, destination);
+  const bool valid = length > 0 && length <= options_.max_read_length && origin != nullptr &&
+                     local_slices_registered(end, destination);
   if (completion_fails(end) || !valid) {
     complete(end, {CompletionKind::read_done, valid ? -EIO : -EFAULT, cookie, 0});
     break_link_locked();

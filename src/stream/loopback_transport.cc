@@ -51,6 +51,7 @@ uint32_t LoopbackTransport::notification_capacity() const {
   return link_->options().notification_capacity;
 }
 uint32_t LoopbackTransport::max_slices() const { return link_->options().max_slices; }
+uint64_t LoopbackTransport::max_read_length() const { return link_->options().max_read_length; }
 
 void LoopbackTransport::inject(const LoopbackFaults& faults) { link_->inject(side_, faults); }
 void LoopbackTransport::drop_link() { link_->break_link(); }

@@ -27,6 +27,8 @@ struct LoopbackOptions {
   uint32_t send_queue_depth = 128;
   uint32_t notification_capacity = 256;
   uint32_t max_slices = 8;
+  // A longer read is a violation (the engine must split its pulls).
+  uint64_t max_read_length = uint64_t{1} << 30;
 };
 
 struct LoopbackFaults {
@@ -74,6 +76,7 @@ class LoopbackTransport final : public Transport {
   uint32_t send_queue_depth() const override;
   uint32_t notification_capacity() const override;
   uint32_t max_slices() const override;
+  uint64_t max_read_length() const override;
 
   void inject(const LoopbackFaults& faults);
   // The peer vanishes: every later post and the pending receive slots fail.

@@ -10,7 +10,8 @@ namespace qpsock::stream {
 
 namespace {
 
-// One read moves at most this much, so a huge pull still pipelines.
+// One read moves at most this much (and at most the transport's
+// max_read_length()), so a huge pull still pipelines.
 constexpr uint64_t kLargestRead = uint64_t{1} << 30;
 // How long a broken stream waits for its reads' flushed completions.
 constexpr std::chrono::seconds kReadFlushLimit{1};
@@ -50,13 +51,15 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
   receive_lock.unlock();
   const RendezvousDescriptor& source = rendezvous.descriptor;
   const uint32_t most_reads = transport_->max_outstanding_reads();
+  const uint64_t largest_read =
+      std::clamp<uint64_t>(transport_->max_read_length(), 1, kLargestRead);
   uint64_t done = 0;
   while (done < landing.length && !broken_) {
     const int waited = wait_until(
         state,
         [&] { return reads_outstanding_ < most_reads && send_queue_has_room_locked(1); }, {});
     if (waited < 0 || broken_) break;
-    const uint64_t length = std::min(landing.length - done, kLargestRead);
+    const uint64_t length = std::min(landing.length - done, largest_read);
     const LocalSlice piece{landing.address + done, length, landing.registration};
     // Counted as requested before it lands: a cancel must not decline it now.
     const RemoteRegion from{source.source_address + rendezvous.requested, source.remote_key};
@@ -72,10 +75,15 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
     done += length;
   }
   // The reads write into memory we are about to hand out (or hand back):
-  // wait for every one, even on a broken stream, whose transport flushes
-  // them (bounded, in case its completion queue died with it).
-  wait_until(state, [&] { return reads_outstanding_ == 0; },
-             {.until_broken = false, .deadline = Clock::now() + kReadFlushLimit});
+  // wait for every one. While the stream is whole that takes what the
+  // hardware takes (an RDMA read of many MiB may take seconds); once it is
+  // broken its transport flushes them, and the wait is bounded, in case the
+  // completion queue died with it.
+  const auto reads_done = [&] { return reads_outstanding_ == 0; };
+  wait_until(state, reads_done, {});
+  if (!reads_done())
+    wait_until(state, reads_done,
+               {.until_broken = false, .deadline = Clock::now() + kReadFlushLimit});
   // Take the receive lock back (it comes before the state lock) while
   // pull_active_ still keeps other receivers away from the rendezvous.
   state.unlock();

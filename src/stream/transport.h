@@ -150,6 +150,11 @@ class Transport {
   virtual uint32_t notification_capacity() const = 0;
   // Most slices one post may carry (at least kMinimumSlicesPerPost).
   virtual uint32_t max_slices() const = 0;
+  // Most bytes one read may move: the engine splits a larger pull into reads
+  // of at most this many, pipelined up to max_outstanding_reads(). (Verbs
+  // keeps reads short: an RC read is retried when its whole response
+  // outlasts the queue pair's ACK timeout.)
+  virtual uint64_t max_read_length() const { return uint64_t{1} << 30; }
 };
 
 }  // namespace qpsock::stream

@@ -94,6 +94,26 @@ TEST_F(StreamRendezvousTest, AReaderBufferLargerThanTheWriteAlsoGetsWhatFollows)
   EXPECT_LE(pulls().reads, 2u);
 }
 
+TEST(StreamRendezvousReadLengthTest, APullIsSplitIntoReadsOfTheTransportsLargestLength) {
+  Watchdog watchdog(60s);
+  LoopbackOptions options;
+  options.max_read_length = 16 << 10;  // a longer read would break the link
+  options.max_outstanding_reads = 3;
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair(options, small_settings(), small_settings(), pair), 0);
+  std::vector<uint8_t> data(1 << 20);
+  fill_pattern(9, 0, data);
+  std::thread sender(
+      [&] { EXPECT_EQ(send_bytes(*pair.first, data), static_cast<ssize_t>(data.size())); });
+  std::vector<uint8_t> in(data.size());
+  EXPECT_EQ(receive_bytes(*pair.second, in, MSG_WAITALL), static_cast<ssize_t>(in.size()));
+  sender.join();
+  EXPECT_EQ(first_mismatch(9, 0, in), -1);
+  // Straight into the application's buffer, in 16 KiB reads.
+  EXPECT_EQ(pair.second_transport->statistics().reads, data.size() / (16 << 10));
+  EXPECT_FALSE(pair.second->broken());
+}
+
 TEST_F(StreamRendezvousTest, PeekSeesRendezvousBytesWithoutTakingThem) {
   Watchdog watchdog(60s);
   std::vector<uint8_t> data(100 << 10);

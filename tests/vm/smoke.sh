@@ -95,8 +95,8 @@ before0=$(sent_pkts rxe0) before1=$(sent_pkts rxe1)
 # --- rping ------------------------------------------------------------------
 # A client bound to the other device's address crosses the veth
 # (rxe1 -> rxe0); an unbound client would loop back inside rxe0 (see
-# scripts/softroce/local-rxe), so IPv4 binds.  IPv6 across devices does not
-# work on kernel 6.1; the IPv6 check is rxe0 to itself.
+# scripts/softroce/local-rxe), so IPv4 binds.  IPv6 across devices works
+# through the policy routing local-rxe sets up; IPv6 on rxe0 alone too.
 rping_pair() {  # server-addr client-source-or-empty label
     local addr=$1 src=$2 label=$3 spid crc s
     start_bg "$LOG/rping-s" timeout 40 rping -s -a "$addr" -C 3
@@ -116,6 +116,7 @@ rping_pair() {  # server-addr client-source-or-empty label
 }
 rping_pair 10.77.0.1 10.77.0.2 "IPv4 rxe1 10.77.0.2 -> rxe0 10.77.0.1"
 mid0=$(sent_pkts rxe0) mid1=$(sent_pkts rxe1)
+rping_pair fd77::1 fd77::2 "IPv6 rxe1 fd77::2 -> rxe0 fd77::1"
 rping_pair fd77::1 "" "IPv6 rxe0 -> rxe0 fd77::1"
 
 # --- perftest -----------------------------------------------------------------

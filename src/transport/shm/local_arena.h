@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/unique_fd.h"
 #include "stream/mapped_memory.h"
 #include "transport/shm/arena_layout.h"
-#include "transport/shm/unique_fd.h"
 
 namespace qpsock::transport::shm {
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <span>
 
-#include "transport/shm/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace qpsock::transport::shm {
 

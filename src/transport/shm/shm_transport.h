@@ -55,6 +55,7 @@
 #include <optional>
 #include <span>
 
+#include "common/unique_fd.h"
 #include "stream/function_ref.h"
 #include "stream/transport.h"
 #include "transport/shm/completion_queue.h"
@@ -65,7 +66,6 @@
 #include "transport/shm/process_page.h"
 #include "transport/shm/ptracer_grant.h"
 #include "transport/shm/registration_table.h"
-#include "transport/shm/unique_fd.h"
 #include "transport/shm/wakeup.h"
 
 namespace qpsock::transport::shm {

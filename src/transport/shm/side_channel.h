@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <span>
 
-#include "transport/shm/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace qpsock::transport::shm {
 

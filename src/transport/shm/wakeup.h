@@ -18,7 +18,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "transport/shm/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace qpsock::transport::shm {
 

@@ -6,7 +6,7 @@
 
 #include "libc/next_symbols.h"
 
-namespace qpsock::transport::shm {
+namespace qpsock {
 
 class UniqueFd {
  public:
@@ -35,4 +35,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace qpsock::transport::shm
+}  // namespace qpsock

@@ -1,0 +1,42 @@
+// The private data of the rdma_cm connect (REQ) and accept (REP): a small
+// versioned header and the sender's StreamEndpoint, so that the two Streams
+// connect from the CM exchange alone, with no first message.
+//
+// 32 bytes, big-endian, within RC connect's 56-byte private-data limit (the
+// REQ's 92 less rdma_cm's own 36-byte header; an accept may carry 196):
+//
+//   offset  size  field
+//        0     4  magic "qpsv" (0x71707376)
+//        4     2  version (1)
+//        6     2  capabilities: none defined yet; a receiver ignores bits it
+//                 does not know, so a later version can offer more
+//        8     8  ring address (the peer's virtual address of our ring)
+//       16     8  ring size
+//       24     4  ring key (rkey)
+//       28     4  notification capacity (our pre-posted receives)
+//
+// The CM may hand the receiver more bytes than were sent (a REQ's private
+// data arrives padded with zeros): only the first 32 are read.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "stream/stream.h"
+
+namespace qpsock::transport::verbs {
+
+inline constexpr uint32_t kHelloMagic = 0x71707376;  // "qpsv"
+inline constexpr uint16_t kHelloVersion = 1;
+inline constexpr size_t kHelloSize = 32;
+inline constexpr size_t kLargestConnectPrivateData = 56;
+static_assert(kHelloSize <= kLargestConnectPrivateData);
+
+using EncodedHello = std::array<uint8_t, kHelloSize>;
+
+EncodedHello encode_hello(const stream::StreamEndpoint& endpoint);
+// 0 with `endpoint` set, or -EPROTO: too short, not ours, or another version.
+int decode_hello(const void* data, size_t length, stream::StreamEndpoint& endpoint);
+
+}  // namespace qpsock::transport::verbs

@@ -1,0 +1,28 @@
+#include "transport/verbs/verbs_connection.h"
+
+namespace qpsock::transport::verbs {
+namespace {
+
+// Transport retries of a lost packet before the queue pair gives up (the
+// most a connect may ask for).
+constexpr uint8_t kRetryCount = 7;
+// No RNR retries: the engine never sends an immediate without a receive
+// waiting for it, so an RNR is a bug that must break the connection, not
+// stall it.
+constexpr uint8_t kRnrRetryCount = 0;
+
+}  // namespace
+
+rdma_conn_param connection_parameters(const void* hello, uint8_t hello_length,
+                                      uint8_t initiator_depth, uint8_t responder_resources) {
+  rdma_conn_param parameters{};
+  parameters.private_data = hello;
+  parameters.private_data_len = hello_length;
+  parameters.initiator_depth = initiator_depth;
+  parameters.responder_resources = responder_resources;
+  parameters.retry_count = kRetryCount;
+  parameters.rnr_retry_count = kRnrRetryCount;
+  return parameters;
+}
+
+}  // namespace qpsock::transport::verbs

@@ -1,0 +1,38 @@
+#include "transport/verbs/verbs_registration.h"
+
+#include <cerrno>
+
+namespace qpsock::transport::verbs {
+
+using stream::MemoryAccess;
+
+int access_flags(MemoryAccess access) {
+  switch (access) {
+    case MemoryAccess::remote_write:
+      return IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    case MemoryAccess::remote_read:
+      return IBV_ACCESS_REMOTE_READ;
+    case MemoryAccess::local_only:
+      return IBV_ACCESS_LOCAL_WRITE;
+  }
+  return IBV_ACCESS_LOCAL_WRITE;
+}
+
+int VerbsRegistration::create(ProtectionDomain domain, void* address, size_t length,
+                              MemoryAccess access, std::unique_ptr<VerbsRegistration>& out) {
+  if (domain == nullptr || address == nullptr || length == 0) return -EINVAL;
+  MemoryRegion region(ibv_reg_mr(domain.get(), address, length, access_flags(access)));
+  if (region == nullptr) return errno != 0 ? -errno : -ENOMEM;
+  out = std::make_unique<VerbsRegistration>(ConstructionKey{}, std::move(domain), std::move(region),
+                                            access);
+  return 0;
+}
+
+VerbsRegistration::VerbsRegistration(ConstructionKey, ProtectionDomain domain, MemoryRegion region,
+                                     MemoryAccess access)
+    : MemoryRegistration(static_cast<std::byte*>(region->addr), region->length, region->lkey,
+                         region->rkey, access),
+      domain_(std::move(domain)),
+      region_(std::move(region)) {}
+
+}  // namespace qpsock::transport::verbs
