@@ -185,7 +185,8 @@ short Stream::readiness(Progress progress) {
   const bool read_closed = eof_received_ || read_shutdown_ || broken_;
   if (read_closed) events |= POLLIN | POLLRDNORM | POLLRDHUP;
   if (readable_bytes_ > 0) events |= POLLIN | POLLRDNORM;
-  if (broken_ || (read_closed && write_shutdown_)) events |= POLLHUP;
+  const bool reset = broken_ && (!peer_closed_ || wrote_after_peer_close_);
+  if (reset || (read_closed && write_shutdown_)) events |= POLLHUP;
   // Writable like TCP's low-water mark: a quarter of the peer's ring is free,
   // so a write that is told so always makes progress.
   const bool writable = can_write_locked(kSmallestDataRecord) &&
@@ -223,7 +224,10 @@ CloseResult Stream::close() {
   StateLock state(state_mutex_);
   if (closed_) return {0, 0};
   int error = 0;
-  if (connected_ && !broken_) {
+  // Unread data: TCP resets rather than closes, and so do we (no end of
+  // stream: the peer then sees a reset, not an orderly close).
+  const bool resetting = connected_ && readable_bytes_ > 0;
+  if (connected_ && !broken_ && !resetting) {
     if (!write_shutdown_) {
       write_shutdown_ = true;
       end_of_stream_pending_ = true;

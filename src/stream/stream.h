@@ -252,6 +252,10 @@ class Stream {
   int pending_error_ = 0;               // positive errno, reported once
   bool end_of_stream_pending_ = false;
   bool pull_active_ = false;            // a receiver waits for its reads
+  // The peer ended its stream and then went: TCP's orderly close, not a
+  // reset. TCP answers our next write with a reset; later ones fail EPIPE.
+  bool peer_closed_ = false;
+  bool wrote_after_peer_close_ = false;
   uint64_t activity_ = 0;
   std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels

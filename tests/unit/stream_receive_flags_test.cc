@@ -170,22 +170,43 @@ TEST_F(StreamReceiveFlagsTest, ReadinessFollowsTcpPoll) {
   EXPECT_EQ(writer().readiness(), POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM | POLLHUP);
 }
 
-TEST_F(StreamReceiveFlagsTest, CloseFlushesAndReportsUnreadBytes) {
+TEST_F(StreamReceiveFlagsTest, CloseWithUnreadBytesResetsAsTcpDoes) {
   ASSERT_EQ(send_bytes(reader(), text("unread!"), 0, false), 7);
-  ASSERT_EQ(send_bytes(writer(), text("last words"), MSG_MORE, false), 10);
+  ASSERT_EQ(send_bytes(writer(), text("sent"), 0, false), 4);
+  ASSERT_EQ(send_bytes(writer(), text("corked"), MSG_MORE, false), 6);
   const CloseResult closed = writer().close();
   EXPECT_EQ(closed.unread_bytes, 7u);
   EXPECT_EQ(closed.error, 0);
-  // The peer still reads everything sent before the close, then EOF.
+  // What had gone out is read; what MSG_MORE held back goes with the reset,
+  // and the end is a reset, not EOF.
+  std::vector<uint8_t> buffer(100);
+  ASSERT_EQ(receive_bytes(reader(), buffer), 4);
+  EXPECT_EQ(as_text(buffer, 4), "sent");
+  EXPECT_EQ(receive_bytes(reader(), buffer), -ECONNRESET);
+  EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), -EPIPE);
+  EXPECT_EQ(send_bytes(writer(), text("after close"), 0, false), -EPIPE);
+}
+
+TEST_F(StreamReceiveFlagsTest, OrderlyCloseIsEofThenOneWriteThenEpipe) {
+  ASSERT_EQ(send_bytes(writer(), text("last words"), MSG_MORE, false), 10);
+  const CloseResult closed = writer().close();
+  EXPECT_EQ(closed.unread_bytes, 0u);
+  EXPECT_EQ(closed.error, 0);
   std::vector<uint8_t> buffer(100);
   ASSERT_EQ(receive_bytes(reader(), buffer), 10);
   EXPECT_EQ(as_text(buffer, 10), "last words");
   EXPECT_EQ(receive_bytes(reader(), buffer), 0);
-  // Writing to a closed peer fails like TCP: a reset, then a broken pipe.
-  const ssize_t first = send_bytes(reader(), text("anyone?"), 0, false);
-  EXPECT_TRUE(first == -ECONNRESET || first == -EPIPE) << first;
+  // As after a FIN: readable (EOF) and writable, no error, no hang-up.
+  const short after_close = reader().readiness();
+  EXPECT_EQ(after_close & (POLLIN | POLLRDHUP | POLLOUT), POLLIN | POLLRDHUP | POLLOUT);
+  EXPECT_EQ(after_close & (POLLHUP | POLLERR), 0);
+  // TCP takes one write (the peer's kernel answers it with a reset), then
+  // fails every write with EPIPE.
+  EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), 7);
+  EXPECT_EQ(reader().readiness() & (POLLHUP | POLLERR), POLLHUP | POLLERR);
   EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), -EPIPE);
-  EXPECT_EQ(send_bytes(writer(), text("after close"), 0, false), -EPIPE);
+  EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), -EPIPE);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
 }
 
 TEST_F(StreamReceiveFlagsTest, ABlockedReceiveReturnsEintrOnASignal) {
