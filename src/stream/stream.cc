@@ -184,7 +184,7 @@ short Stream::readiness(Progress progress) {
   short events = 0;
   const bool read_closed = eof_received_ || read_shutdown_ || broken_;
   if (read_closed) events |= POLLIN | POLLRDNORM | POLLRDHUP;
-  if (readable_bytes_ > 0) events |= POLLIN | POLLRDNORM;
+  if (readable_bytes_ >= receive_low_water_) events |= POLLIN | POLLRDNORM;
   const bool reset = broken_ && (!peer_closed_ || wrote_after_peer_close_);
   if (reset || (read_closed && write_shutdown_)) events |= POLLHUP;
   // Writable like TCP's low-water mark: a quarter of the peer's ring is free,
@@ -194,6 +194,13 @@ short Stream::readiness(Progress progress) {
   if (broken_ || write_shutdown_ || writable) events |= POLLOUT | POLLWRNORM;
   if (pending_error_ != 0) events |= POLLERR;
   return events;
+}
+
+void Stream::set_receive_low_water(size_t bytes) {
+  std::lock_guard state(state_mutex_);
+  receive_low_water_ = std::max<size_t>(bytes, 1);
+  // A reader waiting for more may now have enough.
+  notify_waiters_locked();
 }
 
 int Stream::shutdown_read() {

@@ -95,6 +95,10 @@ class Stream {
   ssize_t receive(std::span<const iovec> buffers, int flags, Blocking blocking);
 
   size_t readable_bytes();  // FIONREAD
+  // SO_RCVLOWAT: a blocking receive returns once this many bytes (or all it
+  // asked for) are there, and readiness shows POLLIN only from this many on,
+  // as TCP does. At least 1.
+  void set_receive_low_water(size_t bytes);
   size_t unsent_bytes();    // SIOCOUTQ
   // poll(2) events as tcp_poll reports them: POLLIN|POLLRDNORM, POLLOUT|
   // POLLWRNORM, POLLRDHUP, POLLHUP, POLLERR. Progress::none looks at the
@@ -243,6 +247,7 @@ class Stream {
   uint64_t notified_ = 0;               // ring bytes the peer announced
   uint64_t scanned_ = 0;                // ring bytes whose records were counted
   uint64_t readable_bytes_ = 0;
+  uint64_t receive_low_water_ = 1;
   bool eof_received_ = false;
   uint64_t eof_offset_ = 0;
   bool write_shutdown_ = false;

@@ -114,6 +114,28 @@ TEST_F(StreamReceiveFlagsTest, WithoutWaitAllABlockingReadReturnsWhatIsThere) {
   EXPECT_EQ(receive_bytes(reader(), buffer), 3);
 }
 
+TEST_F(StreamReceiveFlagsTest, ReceiveLowWaterHoldsReadinessAndBlockingReads) {
+  Watchdog watchdog(30s);
+  reader().set_receive_low_water(100);
+  ASSERT_EQ(send_bytes(writer(), std::vector<uint8_t>(50, 'a'), 0, false), 50);
+  EXPECT_EQ(reader().readiness() & POLLIN, 0) << "50 bytes are below SO_RCVLOWAT";
+  std::vector<uint8_t> small(10);
+  EXPECT_EQ(receive_bytes(reader(), small, MSG_DONTWAIT), 10) << "a non-blocking read takes what is there";
+  std::thread sender([&] {
+    std::this_thread::sleep_for(50ms);
+    ASSERT_EQ(send_bytes(writer(), std::vector<uint8_t>(60, 'b'), 0, false), 60);
+  });
+  std::vector<uint8_t> buffer(1000);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 100) << "a blocking read waits for the low-water mark";
+  sender.join();
+  ASSERT_EQ(send_bytes(writer(), std::vector<uint8_t>(5, 'c'), 0, false), 5);
+  std::vector<uint8_t> five(5);
+  EXPECT_EQ(receive_bytes(reader(), five), 5) << "a read asking for less than the mark needs only that";
+  ASSERT_EQ(writer().shutdown_write(), 0);
+  EXPECT_NE(reader().readiness() & POLLIN, 0) << "end of stream is readable whatever the mark";
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+}
+
 TEST_F(StreamReceiveFlagsTest, EndOfStreamComesAfterEveryByte) {
   ASSERT_EQ(send_bytes(writer(), text("one"), 0, false), 3);
   ASSERT_EQ(send_bytes(writer(), text("two"), 0, false), 3);
