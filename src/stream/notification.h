@@ -16,6 +16,7 @@ enum class NotificationKind : uint8_t {
   rendezvous_declined = 5,  // value: rendezvous id; cancelled before any byte was taken
   rendezvous_cancel = 6,    // value: rendezvous id; the sender was interrupted and asks to cancel
   end_of_stream = 7,        // value: 0; the sender shut down its direction after everything before
+  reader_gone = 8,          // value: 0; the sender shut down both directions: data sent to it resets
 };
 
 inline constexpr uint32_t kNotificationValueBits = 28;

@@ -206,6 +206,12 @@ void Stream::set_receive_low_water(size_t bytes) {
 int Stream::shutdown_read() {
   std::lock_guard state(state_mutex_);
   if (!connected_) return -ENOTCONN;
+  // What arrived before the shutdown is counted before it (it stays readable).
+  if (!broken_) progress_locked();
+  if (!read_shutdown_ && write_shutdown_ && !broken_) {
+    reader_gone_pending_ = true;
+    flush_notifications_locked();
+  }
   read_shutdown_ = true;
   notify_waiters_locked();
   return 0;
@@ -219,6 +225,7 @@ int Stream::shutdown_write() {
   write_shutdown_ = true;
   if (!broken_) {
     end_of_stream_pending_ = true;
+    reader_gone_pending_ = read_shutdown_;
     flush_unnotified_locked();
     flush_notifications_locked();
   }

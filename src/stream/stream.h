@@ -248,6 +248,11 @@ class Stream {
   uint64_t scanned_ = 0;                // ring bytes whose records were counted
   uint64_t readable_bytes_ = 0;
   uint64_t receive_low_water_ = 1;
+  // The peer shut down both directions: our next write resets the
+  // connection instead of being delivered, as TCP's peer answers it with RST.
+  bool peer_reader_gone_ = false;
+  // We shut down both directions: reader_gone goes after our end_of_stream.
+  bool reader_gone_pending_ = false;
   bool eof_received_ = false;
   uint64_t eof_offset_ = 0;
   bool write_shutdown_ = false;

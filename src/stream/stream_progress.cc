@@ -93,6 +93,9 @@ void Stream::on_notification_locked(const Notification& notification) {
       eof_received_ = true;
       eof_offset_ = notified_;
       break;
+    case NotificationKind::reader_gone:
+      peer_reader_gone_ = true;
+      break;
   }
 }
 
@@ -114,6 +117,12 @@ void Stream::scan_locked() {
       readable_bytes_ += descriptor.length;
     }
     scanned_ = record.end();
+    if (read_shutdown_ && write_shutdown_ && record.header.type != RecordType::padding) {
+      // Data after shutdown(SHUT_RDWR) resets the connection, as TCP does
+      // (RFC 1122): the sender learns that nobody will read it.
+      break_connection_locked(ECONNRESET);
+      return;
+    }
   }
 }
 
@@ -160,6 +169,11 @@ void Stream::flush_notifications_locked() {
     window_->take_end_of_stream_slot();
     end_of_stream_pending_ = false;
     post_notification_locked(NotificationKind::end_of_stream, 0);
+  }
+  if (reader_gone_pending_ && !end_of_stream_pending_ && window_->can_send_counted() &&
+      send_queue_has_room_locked(1)) {
+    reader_gone_pending_ = false;
+    post_notification_locked(NotificationKind::reader_gone, 0);
   }
 }
 

@@ -66,8 +66,10 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
     const size_t target = wait_all ? wanted : std::min<uint64_t>(receive_low_water_, wanted);
     if (static_cast<size_t>(have) >= target || (have > 0 && !blocking())) return have;
     // Nothing more is here now.
-    if (at_end_of_stream_locked() || read_shutdown_) return have;
+    if (at_end_of_stream_locked()) return have;
+    // A reset reaches a reader even after shutdown(SHUT_RD), as in tcp_recvmsg.
     if (broken_) return have > 0 ? have : receive_error_locked();
+    if (read_shutdown_) return have;
     if (!blocking()) return have > 0 ? have : -EAGAIN;
     receive_lock.unlock();
     const int waited = wait_until(

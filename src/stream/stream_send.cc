@@ -32,6 +32,17 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
       notify_waiters_locked();
       return static_cast<ssize_t>(source.remaining());
     }
+    if (peer_reader_gone_ && !broken_ && accepted == 0 && !source.done()) {
+      // The peer shut down both directions: TCP's peer answers this write
+      // with a reset; it is accepted, never delivered, and ends the stream
+      // (after the peer's end of stream, as an orderly close: later writes EPIPE).
+      break_connection_locked(ECONNRESET);
+      if (peer_closed_) {
+        wrote_after_peer_close_ = true;
+        pending_error_ = EPIPE;
+      }
+      return static_cast<ssize_t>(source.remaining());
+    }
     if (int error = send_error_locked(accepted == 0); error < 0)
       return accepted > 0 ? accepted : error;
     if (source.done()) {

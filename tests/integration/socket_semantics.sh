@@ -54,7 +54,6 @@ declare -A KNOWN=(
   [crossed_writes]="a rendezvous write waits for the peer's pull, beyond what SO_SNDBUF lets TCP buffer"
   [sndtimeo]="a blocking rendezvous write waits for the peer's pull or its answer to a cancel, beyond SO_SNDTIMEO"
   [msg_more_alone]="MSG_MORE data waits for the next call; TCP sends it within 200 ms"
-  [shut_rdwr]="data arriving after shutdown(SHUT_RDWR) does not reset the connection"
   [oob]="MSG_OOB is refused (EOPNOTSUPP) on an upgraded socket"
 )
 known_seen=0

@@ -136,6 +136,19 @@ TEST_F(StreamReceiveFlagsTest, ReceiveLowWaterHoldsReadinessAndBlockingReads) {
   EXPECT_EQ(receive_bytes(reader(), buffer), 0);
 }
 
+TEST_F(StreamReceiveFlagsTest, DataToAPeerThatShutBothDirectionsResetsAsTcpDoes) {
+  Watchdog watchdog(30s);
+  ASSERT_EQ(reader().shutdown_write(), 0);
+  ASSERT_EQ(reader().shutdown_read(), 0);
+  std::vector<uint8_t> buffer(100);
+  EXPECT_EQ(receive_bytes(writer(), buffer), 0) << "the peer's end of stream";
+  EXPECT_EQ(send_bytes(writer(), std::vector<uint8_t>(100, 'x'), 0, false), 100)
+      << "TCP accepts the write its peer answers with a reset";
+  EXPECT_EQ(send_bytes(writer(), std::vector<uint8_t>(10, 'y'), 0, false), -EPIPE);
+  EXPECT_EQ(receive_bytes(reader(), buffer), -ECONNRESET) << "the reset reaches the reader that shut down";
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+}
+
 TEST_F(StreamReceiveFlagsTest, EndOfStreamComesAfterEveryByte) {
   ASSERT_EQ(send_bytes(writer(), text("one"), 0, false), 3);
   ASSERT_EQ(send_bytes(writer(), text("two"), 0, false), 3);
