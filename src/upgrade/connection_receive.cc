@@ -193,7 +193,11 @@ ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flag
 void Connection::learn_switch_point_locked() {
   if (switch_point_ >= 0) return;
   stream::Stream* current = stream();
-  if (current == nullptr || current->readable_bytes() < sizeof(SwitchHeader)) return;
+  if (current == nullptr) return;
+  // The Hello comes first on the peer's direction (verbs path only).
+  if (peer_hello_awaited_.load(std::memory_order_acquire) && !take_peer_hello_locked(*current))
+    return;
+  if (current->readable_bytes() < sizeof(SwitchHeader)) return;
   SwitchHeader header{};
   iovec piece{&header, sizeof(header)};
   const ssize_t got = current->receive({&piece, 1}, MSG_DONTWAIT, false);
