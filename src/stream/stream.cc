@@ -184,8 +184,9 @@ short Stream::readiness(Progress progress) {
   short events = 0;
   const bool read_closed = eof_received_ || read_shutdown_ || broken_;
   if (read_closed) events |= POLLIN | POLLRDNORM | POLLRDHUP;
-  if (readable_bytes_ > 0) events |= POLLIN | POLLRDNORM;
-  if (broken_ || (read_closed && write_shutdown_)) events |= POLLHUP;
+  if (readable_bytes_ >= receive_low_water_) events |= POLLIN | POLLRDNORM;
+  const bool reset = broken_ && (!peer_closed_ || wrote_after_peer_close_);
+  if (reset || (read_closed && write_shutdown_)) events |= POLLHUP;
   // Writable like TCP's low-water mark: a quarter of the peer's ring is free,
   // so a write that is told so always makes progress.
   const bool writable = can_write_locked(kSmallestDataRecord) &&
@@ -193,6 +194,13 @@ short Stream::readiness(Progress progress) {
   if (broken_ || write_shutdown_ || writable) events |= POLLOUT | POLLWRNORM;
   if (pending_error_ != 0) events |= POLLERR;
   return events;
+}
+
+void Stream::set_receive_low_water(size_t bytes) {
+  std::lock_guard state(state_mutex_);
+  receive_low_water_ = std::max<size_t>(bytes, 1);
+  // A reader waiting for more may now have enough.
+  notify_waiters_locked();
 }
 
 int Stream::shutdown_read() {
@@ -223,7 +231,10 @@ CloseResult Stream::close() {
   StateLock state(state_mutex_);
   if (closed_) return {0, 0};
   int error = 0;
-  if (connected_ && !broken_) {
+  // Unread data: TCP resets rather than closes, and so do we (no end of
+  // stream: the peer then sees a reset, not an orderly close).
+  const bool resetting = connected_ && readable_bytes_ > 0;
+  if (connected_ && !broken_ && !resetting) {
     if (!write_shutdown_) {
       write_shutdown_ = true;
       end_of_stream_pending_ = true;

@@ -95,6 +95,10 @@ class Stream {
   ssize_t receive(std::span<const iovec> buffers, int flags, Blocking blocking);
 
   size_t readable_bytes();  // FIONREAD
+  // SO_RCVLOWAT: a blocking receive returns once this many bytes (or all it
+  // asked for) are there, and readiness shows POLLIN only from this many on,
+  // as TCP does. At least 1.
+  void set_receive_low_water(size_t bytes);
   size_t unsent_bytes();    // SIOCOUTQ
   // poll(2) events as tcp_poll reports them: POLLIN|POLLRDNORM, POLLOUT|
   // POLLWRNORM, POLLRDHUP, POLLHUP, POLLERR. Progress::none looks at the
@@ -243,6 +247,7 @@ class Stream {
   uint64_t notified_ = 0;               // ring bytes the peer announced
   uint64_t scanned_ = 0;                // ring bytes whose records were counted
   uint64_t readable_bytes_ = 0;
+  uint64_t receive_low_water_ = 1;
   bool eof_received_ = false;
   uint64_t eof_offset_ = 0;
   bool write_shutdown_ = false;
@@ -252,6 +257,10 @@ class Stream {
   int pending_error_ = 0;               // positive errno, reported once
   bool end_of_stream_pending_ = false;
   bool pull_active_ = false;            // a receiver waits for its reads
+  // The peer ended its stream and then went: TCP's orderly close, not a
+  // reset. TCP answers our next write with a reset; later ones fail EPIPE.
+  bool peer_closed_ = false;
+  bool wrote_after_peer_close_ = false;
   uint64_t activity_ = 0;
   std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels

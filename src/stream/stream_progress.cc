@@ -177,6 +177,11 @@ void Stream::flush_unnotified_locked() {
 void Stream::break_connection_locked(int pending_error) {
   if (broken_) return;
   broken_ = true;
+  if (pending_error == ECONNRESET && eof_received_ && !closed_) {
+    // The link went after the peer's end of stream: it closed, it did not reset.
+    peer_closed_ = true;
+    pending_error = 0;
+  }
   if (pending_error != 0 && pending_error_ == 0) pending_error_ = pending_error;
   // The peer must lose access to our ring and rendezvous buffers at once.
   transport_->disconnect();

@@ -60,7 +60,11 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
       }
       have = delivered;
     }
-    if (static_cast<size_t>(have) == wanted || (have > 0 && !wait_all)) return have;
+    // As tcp_recvmsg: a blocking call returns once it has its target (all it
+    // asked for with MSG_WAITALL, else SO_RCVLOWAT's bytes), one that may not
+    // wait with whatever it found.
+    const size_t target = wait_all ? wanted : std::min<uint64_t>(receive_low_water_, wanted);
+    if (static_cast<size_t>(have) >= target || (have > 0 && !blocking())) return have;
     // Nothing more is here now.
     if (at_end_of_stream_locked() || read_shutdown_) return have;
     if (broken_) return have > 0 ? have : receive_error_locked();

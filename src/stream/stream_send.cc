@@ -21,13 +21,23 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
     StateLock send_lock(send_mutex_);
     StateLock state(state_mutex_);
     if (!connected_) return -ENOTCONN;
+    // Take in what happened first: a peer that has closed is seen before
+    // this write, not by its failing post.
+    progress_locked();
+    if (peer_closed_ && !wrote_after_peer_close_ && accepted == 0) {
+      // TCP takes the first write after the peer's close, which the peer's
+      // kernel answers with a reset: later writes fail EPIPE, SO_ERROR says so.
+      wrote_after_peer_close_ = true;
+      pending_error_ = EPIPE;
+      notify_waiters_locked();
+      return static_cast<ssize_t>(source.remaining());
+    }
     if (int error = send_error_locked(accepted == 0); error < 0)
       return accepted > 0 ? accepted : error;
     if (source.done()) {
       if (!more) flush_unnotified_locked();
       return accepted;
     }
-    progress_locked();
     const uint64_t eager_bytes =
         copy_anyway > 0 ? copy_anyway : bytes_before_rendezvous(source, blocking);
     if (eager_bytes == 0) {

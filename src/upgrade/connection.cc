@@ -85,6 +85,11 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
     if (got == 0 && (raw->readiness() & POLLRDHUP) != 0) return stream::ControlVerdict::stop_watching;
     return stream::ControlVerdict::connection_lost;
   });
+  // SO_RCVLOWAT set before the upgrade; later changes come through setsockopt.
+  int low_water = 1;
+  socklen_t length = sizeof(low_water);
+  if (next::getsockopt(tcp_fd, SOL_SOCKET, SO_RCVLOWAT, &low_water, &length) == 0 && low_water > 1)
+    raw->set_receive_low_water(static_cast<size_t>(low_water));
   stream_installed_.store(raw, std::memory_order_release);
   phase_.store(UpgradePhase::established, std::memory_order_release);
   installed_streams.fetch_add(1, std::memory_order_acq_rel);

@@ -8,10 +8,12 @@
 # names its children ("connection N served by child PID"); the parent's own
 # pid is the program under the timeout (qpsock-run execs it) and is also the
 # pid on the log lines of its accepts.
+# Then the same for a prefork server (fork_echo_server -p: workers forked
+# before any connection, all accepting from the one listener): every upgrade
+# line carries a worker's pid, never the parent's.
 # echo_client -B opens the connections at once, with blocking I/O and no poll,
-# and checks every
-# echoed byte; its report must match a plain/plain run's. In a network
-# namespace of its own, like shm_upgrade.sh.
+# and checks every echoed byte; its report must match a plain/plain run's. In
+# a network namespace of its own, like shm_upgrade.sh.
 # usage: fork_upgrade.sh [CONNECTIONS]    (root: it makes a network namespace)
 set -Eeuo pipefail
 CONNECTIONS=${1:-4}
@@ -52,13 +54,14 @@ listening() {
                                            END { exit !found }' /proc/net/tcp
 }
 
-# run_pair NAME RUNNER: fork_echo_server and echo_client both under RUNNER
-# (plain or qpsock). Sets PARENT to the server program's pid.
+# run_pair NAME RUNNER [SERVER_OPTION...]: fork_echo_server and echo_client
+# both under RUNNER (plain or qpsock). Sets PARENT to the server program's pid.
 PARENT=
 run_pair() {
   local name=$1 runner=$2 prefix=()
+  shift 2
   [[ $runner == qpsock ]] && prefix=("$RUN" --library "$LIBRARY" --log-level info --)
-  timeout -k 5 60 "${prefix[@]}" "$SERVER" -n "$CONNECTIONS" "$PORT" 2>"$WORK/$name.server.log" &
+  timeout -k 5 60 "${prefix[@]}" "$SERVER" -n "$CONNECTIONS" "$@" "$PORT" 2>"$WORK/$name.server.log" &
   local server_pid=$!
   PIDS+=("$server_pid")
   for _ in $(seq 250); do listening && break; sleep 0.02; done
@@ -119,6 +122,33 @@ if ((client_upgrades == CONNECTIONS)); then
 else
   fail "the client upgraded $client_upgrades of $CONNECTIONS connections"
   cat "$WORK/qpsock.client.log" >&2
+fi
+
+# The prefork server: CONNECTIONS workers, each may take any connection.
+run_pair prefork-plain plain -p "$CONNECTIONS"
+run_pair prefork qpsock -p "$CONNECTIONS"
+if cmp -s "$WORK/plain.report" "$WORK/prefork.report"; then
+  pass "prefork: the client's report is the same as plain's"
+else
+  fail "prefork: the client's report differs from plain's"
+fi
+log=$WORK/prefork.server.log
+upgraded=$(sed -n 's/^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: upgraded to shared memory$/\1/p' "$log" | sort -n)
+workers=$(sed -n 's/^fork_echo_server\[\([0-9]*\)\]: prefork worker ready$/\1/p' "$log" | sort -n)
+took=$(sed -n 's/^fork_echo_server\[\([0-9]*\)\]: worker took a connection$/\1/p' "$log" | sort -n)
+echo "prefork parent pid ${PARENT:-unknown}; workers: ${workers//$'\n'/ };" \
+  "connections taken by: ${took//$'\n'/ }; upgraded in: ${upgraded//$'\n'/ }" >&2
+if [[ -n $upgraded && $upgraded == "$took" ]] && (($(wc -l <<<"$upgraded") == CONNECTIONS)); then
+  pass "prefork: each of the $CONNECTIONS connections was upgraded in the worker that took it"
+else
+  fail "prefork: upgrades by pid (${upgraded//$'\n'/ }) are not the takers (${took//$'\n'/ })"
+  cat "$log" >&2
+fi
+if [[ -n $workers && -n $PARENT ]] && ! grep -qx "$PARENT" <<<"$upgraded" &&
+   [[ -z $(comm -23 <(sort -u <<<"$upgraded") <(sort -u <<<"$workers")) ]]; then
+  pass "prefork: only workers upgraded (the parent ${PARENT} none)"
+else
+  fail "prefork: an upgrade outside the workers (${workers//$'\n'/ }), parent ${PARENT:-unknown}"
 fi
 
 echo "fork_upgrade: $failures failure(s)" >&2

@@ -114,6 +114,28 @@ TEST_F(StreamReceiveFlagsTest, WithoutWaitAllABlockingReadReturnsWhatIsThere) {
   EXPECT_EQ(receive_bytes(reader(), buffer), 3);
 }
 
+TEST_F(StreamReceiveFlagsTest, ReceiveLowWaterHoldsReadinessAndBlockingReads) {
+  Watchdog watchdog(30s);
+  reader().set_receive_low_water(100);
+  ASSERT_EQ(send_bytes(writer(), std::vector<uint8_t>(50, 'a'), 0, false), 50);
+  EXPECT_EQ(reader().readiness() & POLLIN, 0) << "50 bytes are below SO_RCVLOWAT";
+  std::vector<uint8_t> small(10);
+  EXPECT_EQ(receive_bytes(reader(), small, MSG_DONTWAIT), 10) << "a non-blocking read takes what is there";
+  std::thread sender([&] {
+    std::this_thread::sleep_for(50ms);
+    ASSERT_EQ(send_bytes(writer(), std::vector<uint8_t>(60, 'b'), 0, false), 60);
+  });
+  std::vector<uint8_t> buffer(1000);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 100) << "a blocking read waits for the low-water mark";
+  sender.join();
+  ASSERT_EQ(send_bytes(writer(), std::vector<uint8_t>(5, 'c'), 0, false), 5);
+  std::vector<uint8_t> five(5);
+  EXPECT_EQ(receive_bytes(reader(), five), 5) << "a read asking for less than the mark needs only that";
+  ASSERT_EQ(writer().shutdown_write(), 0);
+  EXPECT_NE(reader().readiness() & POLLIN, 0) << "end of stream is readable whatever the mark";
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+}
+
 TEST_F(StreamReceiveFlagsTest, EndOfStreamComesAfterEveryByte) {
   ASSERT_EQ(send_bytes(writer(), text("one"), 0, false), 3);
   ASSERT_EQ(send_bytes(writer(), text("two"), 0, false), 3);
@@ -170,22 +192,43 @@ TEST_F(StreamReceiveFlagsTest, ReadinessFollowsTcpPoll) {
   EXPECT_EQ(writer().readiness(), POLLIN | POLLRDNORM | POLLRDHUP | POLLOUT | POLLWRNORM | POLLHUP);
 }
 
-TEST_F(StreamReceiveFlagsTest, CloseFlushesAndReportsUnreadBytes) {
+TEST_F(StreamReceiveFlagsTest, CloseWithUnreadBytesResetsAsTcpDoes) {
   ASSERT_EQ(send_bytes(reader(), text("unread!"), 0, false), 7);
-  ASSERT_EQ(send_bytes(writer(), text("last words"), MSG_MORE, false), 10);
+  ASSERT_EQ(send_bytes(writer(), text("sent"), 0, false), 4);
+  ASSERT_EQ(send_bytes(writer(), text("corked"), MSG_MORE, false), 6);
   const CloseResult closed = writer().close();
   EXPECT_EQ(closed.unread_bytes, 7u);
   EXPECT_EQ(closed.error, 0);
-  // The peer still reads everything sent before the close, then EOF.
+  // What had gone out is read; what MSG_MORE held back goes with the reset,
+  // and the end is a reset, not EOF.
+  std::vector<uint8_t> buffer(100);
+  ASSERT_EQ(receive_bytes(reader(), buffer), 4);
+  EXPECT_EQ(as_text(buffer, 4), "sent");
+  EXPECT_EQ(receive_bytes(reader(), buffer), -ECONNRESET);
+  EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), -EPIPE);
+  EXPECT_EQ(send_bytes(writer(), text("after close"), 0, false), -EPIPE);
+}
+
+TEST_F(StreamReceiveFlagsTest, OrderlyCloseIsEofThenOneWriteThenEpipe) {
+  ASSERT_EQ(send_bytes(writer(), text("last words"), MSG_MORE, false), 10);
+  const CloseResult closed = writer().close();
+  EXPECT_EQ(closed.unread_bytes, 0u);
+  EXPECT_EQ(closed.error, 0);
   std::vector<uint8_t> buffer(100);
   ASSERT_EQ(receive_bytes(reader(), buffer), 10);
   EXPECT_EQ(as_text(buffer, 10), "last words");
   EXPECT_EQ(receive_bytes(reader(), buffer), 0);
-  // Writing to a closed peer fails like TCP: a reset, then a broken pipe.
-  const ssize_t first = send_bytes(reader(), text("anyone?"), 0, false);
-  EXPECT_TRUE(first == -ECONNRESET || first == -EPIPE) << first;
+  // As after a FIN: readable (EOF) and writable, no error, no hang-up.
+  const short after_close = reader().readiness();
+  EXPECT_EQ(after_close & (POLLIN | POLLRDHUP | POLLOUT), POLLIN | POLLRDHUP | POLLOUT);
+  EXPECT_EQ(after_close & (POLLHUP | POLLERR), 0);
+  // TCP takes one write (the peer's kernel answers it with a reset), then
+  // fails every write with EPIPE.
+  EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), 7);
+  EXPECT_EQ(reader().readiness() & (POLLHUP | POLLERR), POLLHUP | POLLERR);
   EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), -EPIPE);
-  EXPECT_EQ(send_bytes(writer(), text("after close"), 0, false), -EPIPE);
+  EXPECT_EQ(send_bytes(reader(), text("anyone?"), 0, false), -EPIPE);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
 }
 
 TEST_F(StreamReceiveFlagsTest, ABlockedReceiveReturnsEintrOnASignal) {
