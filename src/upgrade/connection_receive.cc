@@ -44,10 +44,18 @@ size_t total_length(std::span<const iovec> buffers) {
 // in the kernel, which holds its file. If the fd no longer is this socket (the
 // JVM's close idiom: dup2 of a placeholder over it), a kernel reader would
 // stay asleep on the old socket until a signal: so do we.
+//
+// A connection whose upgrade was declined while we waited is also gone from
+// the registry: the next data call on the fd (another thread's) drops it, as
+// it will never switch. The fd is still this socket then, and the caller's
+// reads go on as plain TCP reads; sleeping would hang the reader for good
+// (the server's RDMA attempt declines in the background, seconds after the
+// first I/O, while a reader may well be waiting).
 int wait_readable(int fd, const Connection& connection) {
   pollfd entry{fd, POLLIN, 0};
   if (next::poll(&entry, 1, 50) < 0 && errno == EINTR) return -EINTR;
   if (find_connection(fd).get() == &connection) return 0;
+  if (connection.phase() == UpgradePhase::declined && connection.stream() == nullptr) return 0;
   for (;;) {
     if (next::ppoll(nullptr, 0, nullptr, nullptr) < 0 && errno == EINTR) return -EINTR;
   }
