@@ -69,7 +69,7 @@ config::Decision decide_for_connection(int fd, config::Role role, const sockaddr
                  role == config::Role::client ? "->" : "<-", remote_text,
                  offload ? "offload" : "kernel", static_cast<int>(decision.reason.size()),
                  decision.reason.data(),
-                 offload ? "; upgrade to shared memory if the peer runs qpsock on this host" : "");
+                 offload ? "; upgraded if the peer runs qpsock (shared memory on this host, RDMA between hosts)" : "");
   }
   return decision;
 }

@@ -93,7 +93,7 @@ int connect(int fd, const sockaddr* address, socklen_t length) {
     decision = decide_for_connection(fd, config::Role::client, address);
     decided = true;
     if (decision.action == config::Action::offload) {
-      upgrade::offer_client_upgrade(fd);
+      upgrade::offer_client_upgrade(fd, address, length);
       offered = true;
     }
   }

@@ -4,6 +4,8 @@
 #include <sys/ioctl.h>
 #include <linux/sockios.h>
 
+#include <unistd.h>
+
 #include <cerrno>
 
 #include "common/log.h"
@@ -46,7 +48,9 @@ void Connection::report_path() {
     case UpgradePhase::negotiating:
       return;  // still pending, as recorded
     case UpgradePhase::established:
-      stats::set_path(handle, offloaded_path_, "upgraded to shared memory");
+      stats::set_path(handle, offloaded_path_,
+                      offloaded_path_ == stats::Path::rdma ? "upgraded to RDMA"
+                                                           : "upgraded to shared memory");
       return;
     case UpgradePhase::declined: {
       const char* reason = decline_reason_.load(std::memory_order_acquire);
@@ -63,8 +67,9 @@ std::atomic<uint64_t> installed_streams{0};
 uint64_t stream_installations() { return installed_streams.load(std::memory_order_acquire); }
 
 void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token,
-                         int tcp_fd) {
+                         int tcp_fd, stats::Path path) {
   peer_token_ = peer_token;
+  offloaded_path_ = path;
   stream::Stream* raw = stream.get();
   stream_ = std::move(stream);
   // After the switch the TCP connection carries nothing but the token and the
@@ -89,6 +94,59 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   phase_.store(UpgradePhase::established, std::memory_order_release);
   installed_streams.fetch_add(1, std::memory_order_acq_rel);
   report_path();
+}
+
+int Connection::install_announced(std::unique_ptr<stream::Stream> stream, int tcp_fd,
+                                  stats::Path path) {
+  // Set before the stream is published: a reader that sees the stream sees these.
+  hellos_left_.store(2, std::memory_order_relaxed);
+  peer_hello_awaited_.store(true, std::memory_order_relaxed);
+  install(std::move(stream), BindingToken{}, tcp_fd, path);
+  Hello ours{};
+  ours.magic = kHelloMagic;
+  ours.version = kProtocolVersion;
+  ours.pid = getpid();
+  ours.accepted = 1;
+  ours.token = expected_token_;
+  iovec piece{&ours, sizeof(ours)};
+  // A fresh stream always has room for it: never waits.
+  const ssize_t sent = this->stream()->send({&piece, 1}, 0, stream::Blocking(false));
+  if (sent != static_cast<ssize_t>(sizeof(ours))) {
+    stats::set_path(statistics_.load(std::memory_order_acquire), stats::Path::kernel,
+                    "the stream failed before the switch");
+    return sent < 0 ? static_cast<int>(sent) : -EIO;
+  }
+  hello_done();
+  return 0;
+}
+
+void Connection::hello_done() {
+  if (hellos_left_.fetch_sub(1, std::memory_order_acq_rel) == 1) allow_send_switch();
+}
+
+bool Connection::take_peer_hello_locked(stream::Stream& current) {
+  if (current.readable_bytes() < sizeof(Hello)) return false;
+  Hello hello{};
+  iovec piece{&hello, sizeof(hello)};
+  const ssize_t got = current.receive({&piece, 1}, MSG_DONTWAIT, false);
+  if (got != static_cast<ssize_t>(sizeof(hello)) || hello.magic != kHelloMagic ||
+      hello.version != kProtocolVersion || hello.accepted != 1) {
+    // Only a broken or foreign peer sends this; it never gets our token
+    // written into TCP, and its stream never reaches the application.
+    QPSOCK_LOG(error, "upgraded stream: a malformed hello from the peer; abandoning the stream");
+    current.abort();
+    peer_hello_awaited_.store(false, std::memory_order_release);
+    return false;
+  }
+  peer_token_ = hello.token;
+  peer_hello_awaited_.store(false, std::memory_order_release);
+  hello_done();
+  return true;
+}
+
+void Connection::look_for_peer_hello() {
+  std::lock_guard lock(receive_mutex_);
+  learn_switch_point_locked();
 }
 
 int Connection::readable_bytes(int fd, int& bytes) {
@@ -147,9 +205,17 @@ int Connection::shutdown(int fd, int how) {
 bool Connection::close_stream() {
   stream::Stream* current = stream();
   if (current == nullptr) return false;
+  // Before the peer's SwitchHeader the stream holds only qpsock's own bytes
+  // (its Hello, the header): none of them is the application's unread data.
+  bool application_bytes_possible = receiving_switched();
+  if (!application_bytes_possible) {
+    std::lock_guard lock(receive_mutex_);
+    learn_switch_point_locked();
+    application_bytes_possible = switch_point_ >= 0;
+  }
   const stream::CloseResult result = current->close();
   if (result.error != 0) QPSOCK_LOG(debug, "closing an upgraded stream: %d", result.error);
-  return result.unread_bytes > 0;
+  return application_bytes_possible && result.unread_bytes > 0;
 }
 
 }  // namespace qpsock::upgrade

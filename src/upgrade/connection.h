@@ -60,10 +60,23 @@ class Connection {
   // the Connection keeps its path and counts the bytes it moves on each.
   void attach_statistics(stats::Handle handle);
   const BindingToken& expected_token() const { return expected_token_; }
-  // Installs the stream (the handshake's last step before "ready").
-  void install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token, int tcp_fd);
+  // Installs the stream (the shm handshake's last step before "ready"): the
+  // peer's token came over the side channel, and "ready" will say when the
+  // peer has installed its own. `path` is the transport's, for qpsock-stat.
+  void install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token, int tcp_fd,
+               stats::Path path);
   // The peer has installed its stream too: our sending direction may switch.
   void allow_send_switch() { send_switch_allowed_.store(true, std::memory_order_release); }
+  // Installs a stream that has no side channel beside it (the verbs path),
+  // then sends our Hello, with our token, as the first bytes of our
+  // direction: it tells the peer that we installed (so the token it will
+  // write into TCP is trimmed, never delivered) and what to write. The
+  // peer's Hello, first on its direction, tells us the same; our sending
+  // direction may switch once both Hellos are through. Reads take the peer's
+  // Hello before its SwitchHeader; so do writes while it is awaited, so that a
+  // program that only writes still switches. 0, or -errno if our Hello could
+  // not be sent (then neither side ever switches: the connection stays on TCP).
+  int install_announced(std::unique_ptr<stream::Stream> stream, int tcp_fd, stats::Path path);
 
   // The data path: results as the socket calls give them (count, or -1 with errno).
   ssize_t send(int fd, std::span<const iovec> data, int flags);
@@ -101,8 +114,16 @@ class Connection {
   ssize_t receive_discarding(int fd, size_t length, int flags);
   ssize_t receive_once(int fd, std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
   ssize_t receive_from_stream(std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
-  // Reads the SwitchHeader off the stream if it has arrived.
+  // Reads the peer's Hello (when awaited) and then the SwitchHeader off the
+  // stream, as far as they have arrived.
   void learn_switch_point_locked();
+  // The verbs path: the peer's Hello, if it has arrived. True once taken.
+  bool take_peer_hello_locked(stream::Stream& current);
+  // A writer looks for the peer's Hello (it may be the only thread that ever
+  // comes by while the Hello is awaited).
+  void look_for_peer_hello();
+  // One of the two Hellos is through; the second allows our send switch.
+  void hello_done();
   // Reads the rest of the binding token from TCP: 1 done, 0 not yet, -errno.
   int take_token_locked(int fd);
   void stash_token_bytes_locked(std::span<const iovec> buffers, size_t from, size_t count);
@@ -127,6 +148,11 @@ class Connection {
   BindingToken peer_token_{};      // we write it into TCP to the peer
   std::unique_ptr<stream::Stream> stream_;
   std::atomic<stream::Stream*> stream_installed_{nullptr};
+
+  // The verbs path: the Hellos still to go through (ours sent, the peer's
+  // taken) before our sending direction may switch; the peer's is awaited.
+  std::atomic<uint32_t> hellos_left_{0};
+  std::atomic<bool> peer_hello_awaited_{false};
 
   // Sending: the gate counts TCP writes in flight; the switch takes it from 0.
   static constexpr uint32_t kGateClosed = 1u << 31;

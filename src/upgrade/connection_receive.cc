@@ -44,10 +44,18 @@ size_t total_length(std::span<const iovec> buffers) {
 // in the kernel, which holds its file. If the fd no longer is this socket (the
 // JVM's close idiom: dup2 of a placeholder over it), a kernel reader would
 // stay asleep on the old socket until a signal: so do we.
+//
+// A connection whose upgrade was declined while we waited is also gone from
+// the registry: the next data call on the fd (another thread's) drops it, as
+// it will never switch. The fd is still this socket then, and the caller's
+// reads go on as plain TCP reads; sleeping would hang the reader for good
+// (the server's RDMA attempt declines in the background, seconds after the
+// first I/O, while a reader may well be waiting).
 int wait_readable(int fd, const Connection& connection) {
   pollfd entry{fd, POLLIN, 0};
   if (next::poll(&entry, 1, 50) < 0 && errno == EINTR) return -EINTR;
   if (find_connection(fd).get() == &connection) return 0;
+  if (connection.phase() == UpgradePhase::declined && connection.stream() == nullptr) return 0;
   for (;;) {
     if (next::ppoll(nullptr, 0, nullptr, nullptr) < 0 && errno == EINTR) return -EINTR;
   }
@@ -193,7 +201,11 @@ ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flag
 void Connection::learn_switch_point_locked() {
   if (switch_point_ >= 0) return;
   stream::Stream* current = stream();
-  if (current == nullptr || current->readable_bytes() < sizeof(SwitchHeader)) return;
+  if (current == nullptr) return;
+  // The Hello comes first on the peer's direction (verbs path only).
+  if (peer_hello_awaited_.load(std::memory_order_acquire) && !take_peer_hello_locked(*current))
+    return;
+  if (current->readable_bytes() < sizeof(SwitchHeader)) return;
   SwitchHeader header{};
   iovec piece{&header, sizeof(header)};
   const ssize_t got = current->receive({&piece, 1}, MSG_DONTWAIT, false);

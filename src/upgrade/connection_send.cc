@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <thread>
 
 #include "common/log.h"
@@ -47,6 +48,23 @@ int write_token(int fd, const BindingToken& token) {
   return 0;
 }
 
+// Over RDMA the stream's write is only posted when send() returns, and the
+// token written into TCP next could overtake it: the receiver would then
+// read token bytes before it knew the switch point. The header's write is
+// complete (acknowledged by the peer, whose completion queue then holds its
+// notification) once nothing sent is outstanding. False if that took
+// longer than any live queue pair takes.
+bool wait_until_delivered(stream::Stream& stream) {
+  constexpr auto kLongest = std::chrono::seconds(10);
+  const auto give_up = std::chrono::steady_clock::now() + kLongest;
+  for (unsigned round = 0; stream.unsent_bytes() != 0; ++round) {
+    if (stream.broken() || std::chrono::steady_clock::now() > give_up) return false;
+    // A round trip on the fabric: spin a little, then yield the core.
+    if (round > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return true;
+}
+
 void raise_sigpipe() {
   // As the kernel does: to the calling thread.
   syscall(SYS_tgkill, getpid(), static_cast<pid_t>(syscall(SYS_gettid)), SIGPIPE);
@@ -55,8 +73,11 @@ void raise_sigpipe() {
 }  // namespace
 
 ssize_t Connection::send(int fd, std::span<const iovec> data, int flags) {
-  if (!sending_switched() && send_switch_allowed_.load(std::memory_order_acquire))
-    try_switch_sending(fd);
+  if (!sending_switched()) {
+    if (peer_hello_awaited_.load(std::memory_order_acquire) && stream() != nullptr)
+      look_for_peer_hello();
+    if (send_switch_allowed_.load(std::memory_order_acquire)) try_switch_sending(fd);
+  }
   if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags, CallDirection::send));
   return send_over_tcp(fd, data, flags);
 }
@@ -107,6 +128,18 @@ void Connection::try_switch_sending(int fd) {
       stats::set_path(statistics_.load(std::memory_order_acquire), stats::Path::kernel,
                       "the stream failed before the switch");
     send_gate_.store(0, std::memory_order_release);
+    return;
+  }
+  if (offloaded_path_ == stats::Path::rdma && !wait_until_delivered(*stream())) {
+    // The peer may know the switch point and wait for a token we cannot
+    // place safely: fail the connection rather than risk its bytes.
+    QPSOCK_LOG(error, "fd %d: the RDMA stream did not deliver the switch; resetting the connection",
+               fd);
+    stream()->abort();
+    sockaddr unspecified{};
+    unspecified.sa_family = AF_UNSPEC;
+    next::connect(fd, &unspecified, sizeof(unspecified));
+    send_switched_.store(true, std::memory_order_release);
     return;
   }
   if (int error = write_token(fd, peer_token_); error < 0) {

@@ -3,39 +3,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <bit>
 #include <cerrno>
 
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "libc/next_symbols.h"
-#include "sockets/fd_table.h"
 #include "transport/shm/shm_transport.h"
 #include "upgrade/socket_identity.h"
+#include "upgrade/stream_settings_for_socket.h"
 
 namespace qpsock::upgrade {
 namespace {
-
-// The configuration's settings, narrowed or widened by the SO_RCVBUF and
-// SO_SNDBUF the application set on the socket (as TCP honours them): the
-// receive ring holds what the kernel would buffer, the send window bounds
-// what may be written and not yet read.
-stream::StreamSettings settings_for_socket(int tcp_fd) {
-  const config::Tunables& tunables = config::process_config().tunables();
-  stream::StreamSettings settings;
-  settings.ring_size = tunables.ring_size;
-  const sockets::FdTable::BufferSizes requested = sockets::FdTable::process_table().buffer_sizes(tcp_fd);
-  if (requested.receive != 0) {
-    settings.ring_size = std::clamp(std::bit_ceil(uint64_t{requested.receive}),
-                                    config::limits::kSmallestRingSize, config::limits::kLargestRingSize);
-  }
-  settings.send_window = requested.send;
-  settings.eager_chunk = tunables.eager_chunk;
-  settings.rendezvous_threshold = tunables.rendezvous_threshold;
-  settings.spin_time = tunables.spin_time;
-  return settings;
-}
 
 // The process at the other end of the side channel, if it holds `inode`.
 int verified_peer(int side_fd, const Hello& hello, uint64_t inode, pid_t& pid) {
@@ -98,7 +76,7 @@ int run_handshake(Connection& connection, int tcp_fd, int side_fd, uint64_t peer
     return error;
 
   const bool initiator = connection.role() == config::Role::server;
-  const stream::StreamSettings settings = settings_for_socket(tcp_fd);
+  const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
   transport::shm::ShmOptions options;
   options.ring_size = settings.ring_size;
   options.setup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -122,7 +100,7 @@ int run_handshake(Connection& connection, int tcp_fd, int side_fd, uint64_t peer
 
   // Installed before "ready": once the peer hears it, it may switch, and our
   // reads must then know to look for its switch header.
-  connection.install(std::move(stream), theirs.token, tcp_fd);
+  connection.install(std::move(stream), theirs.token, tcp_fd, stats::Path::shm);
   const char ready = 'R';
   char peer_ready = 0;
   if (int error = send_exactly(side_fd, &ready, 1, deadline); error < 0) return error;

@@ -14,6 +14,8 @@
 #include "upgrade/side_channel.h"
 #include "upgrade/socket_identity.h"
 #include "upgrade/upgrade_agent.h"
+#include "upgrade/verbs_addresses.h"
+#include "upgrade/verbs_upgrade.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -24,32 +26,18 @@ Deadline upgrade_deadline() {
              config::process_config().tunables().upgrade_timeout);
 }
 
-bool same_host_allowed() {
-  return config::process_config().tunables().same_host == config::SameHost::shm;
-}
+config::SameHost same_host_path() { return config::process_config().tunables().same_host; }
 
-// The server's side: connect to the client's listener and run the handshake.
-void try_server_upgrade(int fd, Connection& connection) {
-  // Checked here, in the process that does the I/O (a forked child may differ).
-  if (process_uses_io_uring()) {
-    QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
-    connection.decline("the process uses io_uring");
-    return;
-  }
-  uint64_t client_inode = 0;
-  int result = find_peer_socket_inode(fd, client_inode);
-  if (result < 0) {
-    QPSOCK_LOG(info, "fd %d: the peer is not a socket on this host (%d); stays on TCP", fd, result);
-    connection.decline("the peer is not on this host");
-    return;
-  }
+// The same-host path: connect to the client's AF_UNIX listener and run the
+// handshake in this thread.
+void try_same_host_upgrade(int fd, Connection& connection, uint64_t client_inode) {
   const int side_fd = connect_for_upgrade(client_inode);
   if (side_fd < 0) {
     QPSOCK_LOG(info, "fd %d: the peer offers no upgrade (%d); stays on TCP", fd, side_fd);
     connection.decline("the peer offers no upgrade (no qpsock, or it declined)");
     return;
   }
-  result = run_handshake(connection, fd, side_fd, client_inode, upgrade_deadline());
+  const int result = run_handshake(connection, fd, side_fd, client_inode, upgrade_deadline());
   next::close(side_fd);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: upgrade declined (%d); stays on TCP", fd, result);
@@ -59,28 +47,51 @@ void try_server_upgrade(int fd, Connection& connection) {
   QPSOCK_LOG(info, "fd %d: upgraded to shared memory", fd);
 }
 
-}  // namespace
-
-namespace {
-
-// Why a connection the configuration offloads cannot be offered here, or null.
-const char* reason_not_to_offer() {
-  if (!same_host_allowed()) return "same-host upgrades are off (same_host = kernel)";
-  if (process_uses_io_uring()) return "the process uses io_uring";
-  return nullptr;
+// The server's side, at its first I/O in this process: a client on this
+// host is met over AF_UNIX (unless same_host says otherwise), any other over
+// rdma_cm, from the upgrade worker.
+void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
+  // Checked here, in the process that does the I/O (a forked child may differ).
+  if (process_uses_io_uring()) {
+    QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
+    connection->decline("the process uses io_uring");
+    return;
+  }
+  const config::SameHost same_host = same_host_path();
+  if (same_host != config::SameHost::rdma) {
+    uint64_t client_inode = 0;
+    // One exact SOCK_DIAG query: it fails at once for a peer on another host.
+    if (find_peer_socket_inode(fd, client_inode) == 0) {
+      if (same_host == config::SameHost::kernel) {
+        QPSOCK_LOG(info, "fd %d: same-host upgrades are off; stays on TCP", fd);
+        connection->decline("same-host upgrades are off (same_host = kernel)");
+        return;
+      }
+      try_same_host_upgrade(fd, *connection, client_inode);
+      return;
+    }
+  }
+  begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
 }
 
 }  // namespace
 
-void offer_client_upgrade(int fd) {
+void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length) {
   ErrnoGuard errno_guard;
   // A connection that cannot be offered still gets a (declined) Connection:
   // it carries the reason to qpsock-stat, and the first data call drops it.
   auto connection = std::make_shared<Connection>(config::Role::client);
   attach_connection(fd, connection);
-  if (const char* reason = reason_not_to_offer()) {
-    QPSOCK_LOG(info, "fd %d: %s; stays on TCP", fd, reason);
-    connection->decline(reason);
+  if (process_uses_io_uring()) {
+    QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
+    connection->decline("the process uses io_uring");
+    return;
+  }
+  const config::SameHost same_host = same_host_path();
+  const bool on_this_host = is_local_address(destination, length);
+  if (on_this_host && same_host == config::SameHost::kernel) {
+    QPSOCK_LOG(info, "fd %d: same-host upgrades are off; stays on TCP", fd);
+    connection->decline("same-host upgrades are off (same_host = kernel)");
     return;
   }
   uint64_t inode = 0;
@@ -88,13 +99,25 @@ void offer_client_upgrade(int fd) {
     connection->decline("the socket's identity could not be read");
     return;
   }
-  const int listener = listen_for_upgrade(inode);
-  if (listener < 0) {
-    QPSOCK_LOG(info, "fd %d: no side-channel listener (%d); stays on TCP", fd, listener);
-    connection->decline("no side-channel listener");
-    return;
+  ClientListeners listeners;
+  if (on_this_host && same_host == config::SameHost::shm) {
+    listeners.same_host_fd = listen_for_upgrade(inode);
+    if (listeners.same_host_fd < 0) {
+      QPSOCK_LOG(info, "fd %d: no side-channel listener (%d); stays on TCP", fd,
+                 listeners.same_host_fd);
+      connection->decline("no side-channel listener");
+      return;
+    }
+  } else {
+    const char* reason = nullptr;
+    if (const int error = listen_for_verbs_upgrade(fd, destination, length, listeners.rdma, reason);
+        error < 0) {
+      QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", fd, reason, error);
+      connection->decline(reason);
+      return;
+    }
   }
-  offer_upgrade(listener, fd, inode, connection, upgrade_deadline());
+  offer_upgrade(std::move(listeners), fd, inode, connection, upgrade_deadline());
 }
 
 void withdraw_upgrade(int fd) {
@@ -104,10 +127,9 @@ void withdraw_upgrade(int fd) {
 
 void offer_server_upgrade(int fd) {
   ErrnoGuard errno_guard;
-  auto connection = std::make_shared<Connection>(config::Role::server);
-  attach_connection(fd, connection);
-  // io_uring is checked at the first I/O, in the process that does it.
-  if (!same_host_allowed()) connection->decline("same-host upgrades are off (same_host = kernel)");
+  // Where the peer is, and io_uring, are looked at at the first I/O, in the
+  // process that does it.
+  attach_connection(fd, std::make_shared<Connection>(config::Role::server));
 }
 
 std::shared_ptr<Connection> connection_for_io(int fd) {
@@ -116,7 +138,7 @@ std::shared_ptr<Connection> connection_for_io(int fd) {
   if (connection == nullptr) return nullptr;
   if (connection->role() == config::Role::server && connection->phase() == UpgradePhase::offered) {
     ErrnoGuard errno_guard;
-    if (connection->begin_negotiation()) try_server_upgrade(fd, *connection);
+    if (connection->begin_negotiation()) try_server_upgrade(fd, connection);
   }
   if (connection->phase() == UpgradePhase::declined && connection->stream() == nullptr) {
     // Nothing will ever switch: later calls go straight to the kernel.

@@ -10,12 +10,14 @@
 
 namespace qpsock::upgrade {
 
-// A client socket that may be upgraded, just before its connect() goes out:
-// the side-channel listener must exist before the server's first I/O.
-void offer_client_upgrade(int fd);
+// A client socket that may be upgraded, just before its connect() to
+// `destination` goes out: the side-channel listener (AF_UNIX for a peer on
+// this host, rdma_cm for another) must exist before the server's first I/O.
+void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length);
 // connect() failed: nothing to upgrade.
 void withdraw_upgrade(int fd);
-// An accepted connection that may be upgraded at its first I/O in this process.
+// An accepted connection that may be upgraded at its first I/O in this
+// process (over shared memory if the client is on this host, else over RDMA).
 void offer_server_upgrade(int fd);
 
 // The Connection a data call on `fd` must go through, or null (a plain

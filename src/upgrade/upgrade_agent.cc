@@ -1,31 +1,35 @@
 #include "upgrade/upgrade_agent.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <mutex>
 #include <new>
-#include <thread>
 #include <vector>
 
 #include "common/log.h"
 #include "libc/next_symbols.h"
+#include "upgrade/agent_thread.h"
 #include "upgrade/handshake.h"
 #include "upgrade/socket_identity.h"
+#include "upgrade/verbs_upgrade.h"
 
 namespace qpsock::upgrade {
 namespace {
 
 struct Offer {
-  int listener_fd;
+  uint64_t id;
+  ClientListeners listeners;
   int tcp_fd;
   uint64_t tcp_socket_inode;
   std::weak_ptr<Connection> connection;
   Deadline deadline;
 };
+
+// epoll data: the offer's id, and which of its listeners spoke.
+constexpr uint64_t kRdmaListener = uint64_t{1} << 63;
 
 class UpgradeAgent {
  public:
@@ -34,15 +38,18 @@ class UpgradeAgent {
   void forget_after_fork();
   void lock() { mutex_.lock(); }
   void unlock() { mutex_.unlock(); }
+  void run();
 
  private:
   bool start_locked();
-  void run();
-  void answer(Offer offer);
+  bool watch_locked(int fd, uint64_t data);
+  void answer_same_host(Offer offer);
+  void answer_rdma(Offer offer);
   void expire_locked(std::vector<Offer>& expired);
 
   std::mutex mutex_;
   std::vector<Offer> offers_;
+  uint64_t next_id_ = 1;
   int epoll_fd_ = -1;
   bool running_ = false;
 };
@@ -61,8 +68,15 @@ UpgradeAgent& agent() {
   return *instance;
 }
 
-void close_offer(const Offer& offer, const char* reason) {
-  next::close(offer.listener_fd);
+// Closing a listener also takes it out of the agent's epoll set.
+void close_listeners(ClientListeners& listeners) {
+  if (listeners.same_host_fd >= 0) next::close(listeners.same_host_fd);
+  listeners.same_host_fd = -1;
+  listeners.rdma.reset();
+}
+
+void close_offer(Offer& offer, const char* reason) {
+  close_listeners(offer.listeners);
   if (auto connection = offer.connection.lock()) connection->decline(reason);
 }
 
@@ -73,10 +87,12 @@ void UpgradeAgent::offer(Offer offer) {
     close_offer(offer, "the upgrade agent could not start");
     return;
   }
-  epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.fd = offer.listener_fd;
-  if (next::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, offer.listener_fd, &event) != 0) {
+  offer.id = next_id_++;
+  const bool watched =
+      (offer.listeners.same_host_fd < 0 || watch_locked(offer.listeners.same_host_fd, offer.id)) &&
+      (offer.listeners.rdma == nullptr ||
+       watch_locked(offer.listeners.rdma->event_fd(), offer.id | kRdmaListener));
+  if (!watched) {
     lock.unlock();
     close_offer(offer, "the upgrade agent could not watch the side channel");
     return;
@@ -84,34 +100,23 @@ void UpgradeAgent::offer(Offer offer) {
   offers_.push_back(std::move(offer));
 }
 
+bool UpgradeAgent::watch_locked(int fd, uint64_t data) {
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = data;
+  return next::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) == 0;
+}
+
 bool UpgradeAgent::start_locked() {
   if (running_) return true;
   epoll_fd_ = next::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return false;
-  // The agent must never take the application's signals.
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);
-  pthread_t thread;
-  pthread_attr_t attributes;
-  pthread_attr_init(&attributes);
-  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-  const int created = pthread_create(
-      &thread, &attributes,
-      [](void*) -> void* {
-        agent().run();
-        return nullptr;
-      },
-      nullptr);
-  pthread_attr_destroy(&attributes);
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (created != 0) {
-    QPSOCK_LOG(warn, "cannot start the upgrade agent thread (%d): connections stay on TCP", created);
+  if (const int error = start_agent_thread("qpsock-agent", [] { agent().run(); }); error != 0) {
+    QPSOCK_LOG(warn, "cannot start the upgrade agent thread (%d): connections stay on TCP", error);
     next::close(epoll_fd_);
     epoll_fd_ = -1;
     return false;
   }
-  pthread_setname_np(thread, "qpsock-agent");
   running_ = true;
   return true;
 }
@@ -132,12 +137,14 @@ void UpgradeAgent::run() {
   for (;;) {
     epoll_event events[8];
     const int ready = next::epoll_wait(epoll_fd_, events, 8, 100);
-    std::vector<Offer> expired, answering;
+    std::vector<Offer> expired, same_host, rdma;
     {
       std::lock_guard lock(mutex_);
       for (int index = 0; index < ready; ++index) {
+        const uint64_t id = events[index].data.u64 & ~kRdmaListener;
         for (size_t each = 0; each < offers_.size(); ++each) {
-          if (offers_[each].listener_fd != events[index].data.fd) continue;
+          if (offers_[each].id != id) continue;
+          auto& answering = (events[index].data.u64 & kRdmaListener) != 0 ? rdma : same_host;
           answering.push_back(std::move(offers_[each]));
           offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(each));
           break;
@@ -145,18 +152,19 @@ void UpgradeAgent::run() {
       }
       expire_locked(expired);
     }
-    for (const Offer& offer : expired) {
+    for (Offer& offer : expired) {
       QPSOCK_LOG(debug, "fd %d: no qpsock server came to upgrade it; it stays on TCP", offer.tcp_fd);
       close_offer(offer, "no qpsock peer came within upgrade_timeout");
     }
-    for (Offer& offer : answering) answer(std::move(offer));
+    for (Offer& offer : same_host) answer_same_host(std::move(offer));
+    for (Offer& offer : rdma) answer_rdma(std::move(offer));
   }
 }
 
-// One server came: answer it, then the listener is done either way.
-void UpgradeAgent::answer(Offer offer) {
-  const int side_fd = next::accept4(offer.listener_fd, nullptr, nullptr, SOCK_CLOEXEC);
-  next::close(offer.listener_fd);
+// One server came on this host: answer it, then the listeners are done either way.
+void UpgradeAgent::answer_same_host(Offer offer) {
+  const int side_fd = next::accept4(offer.listeners.same_host_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  close_listeners(offer.listeners);
   std::shared_ptr<Connection> connection = offer.connection.lock();
   if (side_fd < 0 || connection == nullptr || !connection->begin_negotiation()) {
     if (side_fd >= 0) next::close(side_fd);
@@ -178,8 +186,28 @@ void UpgradeAgent::answer(Offer offer) {
   QPSOCK_LOG(info, "fd %d: upgraded to shared memory", offer.tcp_fd);
 }
 
+// A server came over rdma_cm: accept it, then the listeners are done either way.
+void UpgradeAgent::answer_rdma(Offer offer) {
+  std::unique_ptr<transport::verbs::VerbsListener> listener = std::move(offer.listeners.rdma);
+  close_listeners(offer.listeners);
+  std::shared_ptr<Connection> connection = offer.connection.lock();
+  if (connection == nullptr || !connection->begin_negotiation()) return;
+  if (accept_verbs_upgrade(*listener, *connection, offer.tcp_fd, offer.tcp_socket_inode,
+                           offer.deadline) < 0)
+    connection->decline("the RDMA upgrade failed");
+}
+
 void UpgradeAgent::forget_after_fork() {
-  for (const Offer& offer : offers_) next::close(offer.listener_fd);
+  for (Offer& offer : offers_) {
+    if (offer.listeners.same_host_fd >= 0) next::close(offer.listeners.same_host_fd);
+    if (offer.listeners.rdma != nullptr) {
+      // Destroying the listener's rdma_cm id from here would destroy the
+      // parent's (the rdma_cm file is shared across fork): only our copy of
+      // its fd goes, and the object is left behind.
+      next::close(offer.listeners.rdma->event_fd());
+      (void)offer.listeners.rdma.release();
+    }
+  }
   offers_.clear();
   if (epoll_fd_ >= 0) next::close(epoll_fd_);
   epoll_fd_ = -1;
@@ -188,9 +216,10 @@ void UpgradeAgent::forget_after_fork() {
 
 }  // namespace
 
-void offer_upgrade(int listener_fd, int tcp_fd, uint64_t tcp_socket_inode,
+void offer_upgrade(ClientListeners listeners, int tcp_fd, uint64_t tcp_socket_inode,
                    std::weak_ptr<Connection> connection, Deadline deadline) {
-  agent().offer(Offer{listener_fd, tcp_fd, tcp_socket_inode, std::move(connection), deadline});
+  agent().offer(Offer{0, std::move(listeners), tcp_fd, tcp_socket_inode, std::move(connection),
+                      deadline});
 }
 
 }  // namespace qpsock::upgrade

@@ -6,16 +6,25 @@
 
 #include <memory>
 
+#include "transport/verbs/verbs_listener.h"
 #include "upgrade/connection.h"
 #include "upgrade/side_channel.h"
 
 namespace qpsock::upgrade {
 
-// Hands the listener (owned by the agent from now on) of client connection
+// What a client connection offers a server: a same-host listener (an
+// AF_UNIX socket, side_channel.h), an rdma_cm listener (verbs_upgrade.h), or
+// both; the first server to come takes the upgrade, and both then close.
+struct ClientListeners {
+  int same_host_fd = -1;
+  std::unique_ptr<transport::verbs::VerbsListener> rdma;
+};
+
+// Hands the listeners (owned by the agent from now on) of client connection
 // `tcp_fd` to the agent, which answers one server before `deadline` and then
-// closes it. If the agent cannot run, the listener is closed and the
-// connection declined.
-void offer_upgrade(int listener_fd, int tcp_fd, uint64_t tcp_socket_inode,
+// closes them. If the agent cannot run, they are closed and the connection
+// declined.
+void offer_upgrade(ClientListeners listeners, int tcp_fd, uint64_t tcp_socket_inode,
                    std::weak_ptr<Connection> connection, Deadline deadline);
 
 }  // namespace qpsock::upgrade

@@ -9,6 +9,13 @@
  * The server writes stream 1 and expects stream 2; the client the reverse.
  *
  * Environment:
+ *   BULK_EXCHANGE_ADDRESS=A  the server listens on IPv4 address A and the
+ *                            client connects to it (default 127.0.0.1)
+ *   BULK_EXCHANGE_SOURCE=S   the client binds IPv4 address S (any port) first
+ *   BULK_EXCHANGE_START=FILE the writer waits (up to 60 s) for FILE to exist
+ *                            before its first write (the reader starts at
+ *                            once), so that a test can let an upgrade finish
+ *                            before any data moves
  *   BULK_EXCHANGE_HOLD=FILE  once all is verified, print "holding" and wait
  *                            (up to 60 s) for FILE to exist before closing, so
  *                            that a test can look at the open connection
@@ -22,6 +29,7 @@
  * at once (tests/integration/peer_death.sh times it). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <linux/io_uring.h>
@@ -65,8 +73,17 @@ static void give_up(struct direction* self) {
   shutdown(self->fd, SHUT_RDWR);
 }
 
+/* Waits up to 60 s for the file named by environment variable NAME, if set. */
+static void wait_for_file(const char* name) {
+  const char* path = getenv(name);
+  if (path == NULL) return;
+  struct stat status;
+  for (int waited = 0; waited < 6000 && stat(path, &status) != 0; waited++) usleep(10000);
+}
+
 static void* write_direction(void* argument) {
   struct direction* self = argument;
+  wait_for_file("BULK_EXCHANGE_START");
   unsigned char* buffer = malloc(LARGEST_PIECE);
   struct byte_stream stream;
   byte_stream_init(&stream, self->seed);
@@ -145,8 +162,7 @@ static void hold_until_released(void) {
   const char* release = getenv("BULK_EXCHANGE_HOLD");
   if (release == NULL) return;
   fprintf(stderr, "bulk_exchange: holding\n");
-  struct stat status;
-  for (int waited = 0; waited < 6000 && stat(release, &status) != 0; waited++) usleep(10000);
+  wait_for_file("BULK_EXCHANGE_HOLD");
 }
 
 static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive_seed) {
@@ -168,6 +184,17 @@ static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive
   return out.failed || in.failed || in.done != bytes;
 }
 
+/* The IPv4 address in environment variable NAME (with PORT), or loopback. */
+static socklen_t address_from_environment(const char* name, struct sockaddr_storage* storage,
+                                          int port) {
+  socklen_t length = loopback_address(storage, 0, port);
+  const char* text = getenv(name);
+  if (text != NULL && *text != '\0' &&
+      inet_pton(AF_INET, text, &((struct sockaddr_in*)storage)->sin_addr) != 1)
+    die("bad %s '%s'", name, text);
+  return length;
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: bulk_exchange server PORT_FILE BYTES | client PORT BYTES\n");
@@ -178,7 +205,12 @@ int main(int argc, char** argv) {
   const char* io_uring = getenv("BULK_EXCHANGE_IO_URING");
   if (io_uring != NULL && strcmp(io_uring, "1") == 0 && set_up_io_uring() != 0) return 1;
   if (strcmp(argv[1], "server") == 0) {
-    int listener = listen_loopback(0, 0);
+    struct sockaddr_storage here;
+    socklen_t here_length = address_from_environment("BULK_EXCHANGE_ADDRESS", &here, 0);
+    int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0 || bind(listener, (struct sockaddr*)&here, here_length) != 0 ||
+        listen(listener, 16) != 0)
+      die("listen:");
     struct sockaddr_in bound;
     socklen_t length = sizeof(bound);
     if (listener < 0 || getsockname(listener, (struct sockaddr*)&bound, &length) != 0) return 1;
@@ -192,8 +224,14 @@ int main(int argc, char** argv) {
     return exchange(fd, bytes, 1, 2);
   }
   struct sockaddr_storage address;
-  socklen_t length = loopback_address(&address, 0, (int)parse_number(argv[2], "PORT"));
+  socklen_t length = address_from_environment("BULK_EXCHANGE_ADDRESS", &address,
+                                              (int)parse_number(argv[2], "PORT"));
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd >= 0 && getenv("BULK_EXCHANGE_SOURCE") != NULL) {
+    struct sockaddr_storage source;
+    socklen_t source_length = address_from_environment("BULK_EXCHANGE_SOURCE", &source, 0);
+    if (bind(fd, (struct sockaddr*)&source, source_length) != 0) die("bind source:");
+  }
   if (fd < 0 || connect(fd, (struct sockaddr*)&address, length) != 0) {
     perror("bulk_exchange: connect");
     return 1;

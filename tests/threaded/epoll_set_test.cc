@@ -60,8 +60,10 @@ void make_upgraded_pair(UpgradedPair& pair) {
   pair.server = std::make_shared<upgrade::Connection>(config::Role::server);
   ASSERT_TRUE(pair.client->begin_negotiation());
   ASSERT_TRUE(pair.server->begin_negotiation());
-  pair.client->install(std::move(streams.first), pair.server->expected_token(), pair.client_fd.get());
-  pair.server->install(std::move(streams.second), pair.client->expected_token(), pair.server_fd.get());
+  pair.client->install(std::move(streams.first), pair.server->expected_token(), pair.client_fd.get(),
+                       stats::Path::shm);
+  pair.server->install(std::move(streams.second), pair.client->expected_token(), pair.server_fd.get(),
+                       stats::Path::shm);
   pair.client->allow_send_switch();
   pair.server->allow_send_switch();
 }

@@ -17,8 +17,10 @@ namespace {
 
 constexpr int kBacklog = 64;
 
-int explain_failure(const char* where, const char* step, int error) {
-  QPSOCK_LOG(warn, "verbs listener on %s: %s: %s", where, step, strerrordesc_np(-error));
+// The one line (options.failure_log_level) of a failed listen or accept.
+int explain_failure(log::Level level, const char* where, const char* step, int error) {
+  if (log::enabled(level))
+    log::message(level, "verbs listener on %s: %s: %s", where, step, strerrordesc_np(-error));
   return error;
 }
 
@@ -27,21 +29,22 @@ int explain_failure(const char* where, const char* step, int error) {
 int VerbsListener::listen(const sockaddr_storage& local, const VerbsOptions& options,
                           std::unique_ptr<VerbsListener>& out) {
   ErrnoGuard errno_guard;
+  const log::Level level = options.failure_log_level;
   const AddressText where = describe_address(local);
   if (!is_inet_address(local) || !options_valid(options))
-    return explain_failure(where.c_str(), "bad arguments", -EINVAL);
+    return explain_failure(level, where.c_str(), "bad arguments", -EINVAL);
   EventChannel events;
   if (int error = create_event_channel(events); error < 0)
-    return explain_failure(where.c_str(), "no rdma_cm (rdma_create_event_channel)", error);
+    return explain_failure(level, where.c_str(), "no rdma_cm (rdma_create_event_channel)", error);
   rdma_cm_id* raw_id = nullptr;
   if (rdma_create_id(events.get(), &raw_id, nullptr, RDMA_PS_TCP) != 0)
-    return explain_failure(where.c_str(), "rdma_create_id", -errno);
+    return explain_failure(level, where.c_str(), "rdma_create_id", -errno);
   CmId id(raw_id);
   if (rdma_bind_addr(id.get(),
                      reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&local))) != 0)
-    return explain_failure(where.c_str(), "rdma_bind_addr", -errno);
+    return explain_failure(level, where.c_str(), "rdma_bind_addr", -errno);
   if (rdma_listen(id.get(), kBacklog) != 0)
-    return explain_failure(where.c_str(), "rdma_listen", -errno);
+    return explain_failure(level, where.c_str(), "rdma_listen", -errno);
   out =
       std::make_unique<VerbsListener>(ConstructionKey{}, std::move(events), std::move(id), options);
   return 0;
@@ -53,8 +56,11 @@ VerbsListener::VerbsListener(ConstructionKey, EventChannel events, CmId id,
 
 uint16_t VerbsListener::port() const { return ntohs(rdma_get_src_port(id_.get())); }
 
+int VerbsListener::event_fd() const { return events_->fd; }
+
 int VerbsListener::accept(Deadline deadline, VerbsConnection& out) {
   ErrnoGuard errno_guard;
+  const log::Level level = options_.failure_log_level;
   sockaddr_storage local{};
   std::memcpy(&local, rdma_get_local_addr(id_.get()),
               rdma_get_local_addr(id_.get())->sa_family == AF_INET6 ? sizeof(sockaddr_in6)
@@ -66,7 +72,7 @@ int VerbsListener::accept(Deadline deadline, VerbsConnection& out) {
   CmEvent request;
   if (int error = expect_cm_event(events_.get(), RDMA_CM_EVENT_CONNECT_REQUEST, deadline, request);
       error < 0)
-    return explain_failure(where.c_str(), "waiting for a connect request", error);
+    return explain_failure(level, where.c_str(), "waiting for a connect request", error);
   // Ours from here: destroying it unanswered rejects the request.
   CmId id(request->id);
   stream::StreamEndpoint peer_endpoint{};
@@ -78,32 +84,32 @@ int VerbsListener::accept(Deadline deadline, VerbsConnection& out) {
   request.reset();
   if (hello_status < 0) {
     rdma_reject(id.get(), nullptr, 0);
-    return explain_failure(where.c_str(), "a connect request without a qpsock hello", hello_status);
+    return explain_failure(level, where.c_str(), "a connect request without a qpsock hello", hello_status);
   }
 
   if (int error = create_event_channel(events); error < 0)
-    return explain_failure(where.c_str(), "rdma_create_event_channel", error);
+    return explain_failure(level, where.c_str(), "rdma_create_event_channel", error);
   if (rdma_migrate_id(id.get(), events.get()) != 0)
-    return explain_failure(where.c_str(), "rdma_migrate_id", -errno);
+    return explain_failure(level, where.c_str(), "rdma_migrate_id", -errno);
   std::unique_ptr<VerbsTransport> transport;
   if (int error = VerbsTransport::create(std::move(events), std::move(id), options_, transport);
       error < 0)
-    return explain_failure(where.c_str(), "setting up the queue pair", error);
+    return explain_failure(level, where.c_str(), "setting up the queue pair", error);
   const EncodedHello hello = encode_hello(transport->local_endpoint());
   // The lower of what each side asks for and the other serves.
   rdma_conn_param parameters = connection_parameters(
       hello.data(), hello.size(), std::min(transport->reads_asked(), peer_responder_resources),
       std::min(transport->reads_served(), peer_initiator_depth));
   if (rdma_accept(transport->cm_id(), &parameters) != 0)
-    return explain_failure(where.c_str(), "rdma_accept", -errno);
+    return explain_failure(level, where.c_str(), "rdma_accept", -errno);
   CmEvent established;
   if (int error =
           expect_cm_event(transport->cm_events(), RDMA_CM_EVENT_ESTABLISHED, deadline, established);
       error < 0)
-    return explain_failure(where.c_str(), "establishing the connection", error);
+    return explain_failure(level, where.c_str(), "establishing the connection", error);
   established.reset();
   if (int error = transport->complete_connection(); error < 0)
-    return explain_failure(where.c_str(), "the peer serves no RDMA reads", error);
+    return explain_failure(level, where.c_str(), "the peer serves no RDMA reads", error);
   out = {std::move(transport), peer_endpoint};
   return 0;
 }

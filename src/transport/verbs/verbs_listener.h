@@ -35,6 +35,13 @@ class VerbsListener {
   // rdma_cm's own port space, not a TCP port; on iWARP it is a TCP port.
   uint16_t port() const;
 
+  // Readable (poll/epoll) when a connect request may be waiting for accept();
+  // non-blocking, owned by the listener. For an owner that waits on many
+  // things at once, such as the upgrade agent.
+  int event_fd() const;
+  // What each accepted connection is set up with.
+  const VerbsOptions& options() const { return options_; }
+
   // Takes the next connect request, sets up the transport on the device it
   // came to, and accepts with our StreamEndpoint in the private data; returns
   // once the connection is established. 0 with `out` set, or -errno with one

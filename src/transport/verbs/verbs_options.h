@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "common/log.h"
+
 namespace qpsock::transport::verbs {
 
 struct VerbsOptions {
@@ -30,6 +32,10 @@ struct VerbsOptions {
   // The inline size asked for first; if the device refuses the queue pair,
   // smaller ones are tried (128, 64, 32, then none).
   uint32_t max_inline = 256;
+  // The level of the one line a failed connect, listen or accept logs. The
+  // upgrade path, where a failure only means "stay on TCP" and it logs its
+  // own line, lowers it to debug.
+  log::Level failure_log_level = log::Level::warn;
 };
 
 // Whether the options can make a transport the engine accepts.

@@ -1,0 +1,70 @@
+#include "upgrade/rdma_readiness.h"
+
+#include <dirent.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+constexpr uint64_t kFirstBounceBuffer = uint64_t{64} << 10;
+
+// rdma_cm's device file and at least one RDMA device. Looked at once per
+// process: devices come and go far more rarely than processes.
+bool rdma_devices_present() {
+  static const bool present = [] {
+    if (access("/dev/infiniband/rdma_cm", R_OK | W_OK) != 0) return false;
+    DIR* devices = opendir("/sys/class/infiniband");
+    if (devices == nullptr) return false;
+    bool found = false;
+    while (const dirent* entry = readdir(devices)) {
+      if (entry->d_name[0] != '.') {
+        found = true;
+        break;
+      }
+    }
+    closedir(devices);
+    return found;
+  }();
+  return present;
+}
+
+// CAP_IPC_LOCK lifts RLIMIT_MEMLOCK for ibv_reg_mr (ib_umem_get checks it).
+bool may_lock_any_amount() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  return (data[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))) != 0;
+}
+
+std::atomic<bool> memlock_warned{false};
+
+}  // namespace
+
+uint64_t pinned_bytes_per_connection(uint64_t ring_size) {
+  return 2 * ring_size + kFirstBounceBuffer;
+}
+
+const char* reason_rdma_unusable(uint64_t ring_size) {
+  if (!rdma_devices_present()) return "no RDMA device on this host";
+  rlimit limit{};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return nullptr;
+  const uint64_t needed = pinned_bytes_per_connection(ring_size);
+  if (limit.rlim_cur >= needed || may_lock_any_amount()) return nullptr;
+  if (!memlock_warned.exchange(true, std::memory_order_relaxed))
+    QPSOCK_LOG(warn,
+               "RLIMIT_MEMLOCK is %llu KiB, below the %llu KiB an RDMA connection pins: "
+               "connections stay on TCP (raise it, e.g. ulimit -l unlimited)",
+               static_cast<unsigned long long>(limit.rlim_cur >> 10),
+               static_cast<unsigned long long>(needed >> 10));
+  return "RLIMIT_MEMLOCK is too low to pin an RDMA connection's buffers";
+}
+
+}  // namespace qpsock::upgrade

@@ -1,0 +1,143 @@
+#include "upgrade/verbs_addresses.h"
+
+#include <netinet/in.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/unique_fd.h"
+#include "libc/next_symbols.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+socklen_t length_of(const sockaddr_storage& address) {
+  return address.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+// ::ffff:a.b.c.d becomes a.b.c.d, with the same port.
+void unmap_ipv4(sockaddr_storage& address) {
+  if (address.ss_family != AF_INET6) return;
+  const auto ipv6 = reinterpret_cast<const sockaddr_in6&>(address);
+  if (!IN6_IS_ADDR_V4MAPPED(&ipv6.sin6_addr)) return;
+  sockaddr_in ipv4{};
+  ipv4.sin_family = AF_INET;
+  ipv4.sin_port = ipv6.sin6_port;
+  memcpy(&ipv4.sin_addr, &ipv6.sin6_addr.s6_addr[12], sizeof(ipv4.sin_addr));
+  address = {};
+  memcpy(&address, &ipv4, sizeof(ipv4));
+}
+
+int copy_inet(const sockaddr* address, socklen_t length, sockaddr_storage& out) {
+  if (address == nullptr ||
+      (address->sa_family == AF_INET && length < static_cast<socklen_t>(sizeof(sockaddr_in))) ||
+      (address->sa_family == AF_INET6 && length < static_cast<socklen_t>(sizeof(sockaddr_in6))) ||
+      (address->sa_family != AF_INET && address->sa_family != AF_INET6))
+    return -EAFNOSUPPORT;
+  out = {};
+  memcpy(&out, address, address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  unmap_ipv4(out);
+  return 0;
+}
+
+uint16_t port_of(const sockaddr_storage& address) {
+  return address.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(address).sin6_port
+                                       : reinterpret_cast<const sockaddr_in&>(address).sin_port;
+}
+
+void set_port(sockaddr_storage& address, uint16_t network_port) {
+  if (address.ss_family == AF_INET6)
+    reinterpret_cast<sockaddr_in6&>(address).sin6_port = network_port;
+  else
+    reinterpret_cast<sockaddr_in&>(address).sin_port = network_port;
+}
+
+bool is_wildcard(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET6)
+    return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6&>(address).sin6_addr);
+  return reinterpret_cast<const sockaddr_in&>(address).sin_addr.s_addr == htonl(INADDR_ANY);
+}
+
+int local_address_of(int fd, sockaddr_storage& address) {
+  socklen_t length = sizeof(address);
+  address = {};
+  if (next::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return -errno;
+  return 0;
+}
+
+// The source address the kernel's route to `destination` gives (a connected
+// datagram socket sends nothing: it only looks the route up).
+int routed_source(const sockaddr_storage& destination, sockaddr_storage& source) {
+  UniqueFd probe(next::socket(destination.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!probe.valid()) return -errno;
+  if (next::connect(probe.get(), reinterpret_cast<const sockaddr*>(&destination),
+                    length_of(destination)) != 0)
+    return -errno;
+  if (int error = local_address_of(probe.get(), source); error < 0) return error;
+  unmap_ipv4(source);
+  return 0;
+}
+
+}  // namespace
+
+bool is_local_address(const sockaddr* address, socklen_t length) {
+  sockaddr_storage local{};
+  if (copy_inet(address, length, local) < 0) return false;
+  set_port(local, 0);
+  UniqueFd probe(next::socket(local.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  return probe.valid() &&
+         next::bind(probe.get(), reinterpret_cast<const sockaddr*>(&local), length_of(local)) == 0;
+}
+
+int client_meeting_address(int tcp_fd, const sockaddr* destination, socklen_t length,
+                           sockaddr_storage& meeting) {
+  sockaddr_storage target{};
+  if (int error = copy_inet(destination, length, target); error < 0) return error;
+  sockaddr_storage bound{};
+  if (int error = local_address_of(tcp_fd, bound); error < 0) return error;
+  if (port_of(bound) == 0) {
+    if (!is_wildcard(bound)) return -EADDRNOTAVAIL;
+    // The wildcard address of the socket's own family (an AF_INET6 socket
+    // talking IPv4 stays AF_INET6), port 0.
+    sockaddr_storage any{};
+    any.ss_family = bound.ss_family;
+    if (next::bind(tcp_fd, reinterpret_cast<const sockaddr*>(&any), length_of(any)) != 0)
+      return -errno;
+    if (int error = local_address_of(tcp_fd, bound); error < 0) return error;
+  }
+  unmap_ipv4(bound);
+  if (is_wildcard(bound)) {
+    const uint16_t port = port_of(bound);
+    if (int error = routed_source(target, bound); error < 0) return error;
+    set_port(bound, port);
+  }
+  meeting = bound;
+  return 0;
+}
+
+int server_meeting_addresses(int tcp_fd, sockaddr_storage& local, sockaddr_storage& peer) {
+  if (int error = local_address_of(tcp_fd, local); error < 0) return error;
+  socklen_t length = sizeof(peer);
+  peer = {};
+  if (next::getpeername(tcp_fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) return -errno;
+  unmap_ipv4(local);
+  unmap_ipv4(peer);
+  set_port(local, 0);
+  return 0;
+}
+
+bool is_tcp_peer_address(int tcp_fd, const sockaddr* cm_peer) {
+  sockaddr_storage raw_peer{}, tcp_peer{}, other{};
+  socklen_t length = sizeof(raw_peer);
+  if (next::getpeername(tcp_fd, reinterpret_cast<sockaddr*>(&raw_peer), &length) != 0 ||
+      copy_inet(reinterpret_cast<const sockaddr*>(&raw_peer), length, tcp_peer) < 0 ||
+      copy_inet(cm_peer, sizeof(sockaddr_storage), other) < 0 || tcp_peer.ss_family != other.ss_family)
+    return false;
+  if (tcp_peer.ss_family == AF_INET6)
+    return memcmp(&reinterpret_cast<const sockaddr_in6&>(tcp_peer).sin6_addr,
+                  &reinterpret_cast<const sockaddr_in6&>(other).sin6_addr, sizeof(in6_addr)) == 0;
+  return reinterpret_cast<const sockaddr_in&>(tcp_peer).sin_addr.s_addr ==
+         reinterpret_cast<const sockaddr_in&>(other).sin_addr.s_addr;
+}
+
+}  // namespace qpsock::upgrade

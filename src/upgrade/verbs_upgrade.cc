@@ -1,0 +1,188 @@
+#include "upgrade/verbs_upgrade.h"
+
+#include <string.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "common/log.h"
+#include "config/config_loader.h"
+#include "stream/stream.h"
+#include "transport/verbs/socket_address.h"
+#include "transport/verbs/verbs_connector.h"
+#include "upgrade/connection_registry.h"
+#include "upgrade/rdma_readiness.h"
+#include "upgrade/socket_identity.h"
+#include "upgrade/stream_settings_for_socket.h"
+#include "upgrade/upgrade_worker.h"
+#include "upgrade/verbs_addresses.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+using transport::verbs::describe_address;
+using transport::verbs::VerbsConnection;
+using transport::verbs::VerbsConnector;
+using transport::verbs::VerbsListener;
+using transport::verbs::VerbsOptions;
+
+VerbsOptions options_for(const stream::StreamSettings& settings) {
+  VerbsOptions options;
+  // The transport maps the ring the Stream then takes over: the same size.
+  options.ring_size = settings.ring_size;
+  if (const auto inline_size = config::process_config().tunables().inline_size)
+    options.max_inline = *inline_size;
+  // A failure here only means "stay on TCP": the upgrade logs that line itself.
+  options.failure_log_level = log::Level::debug;
+  return options;
+}
+
+// Why an attempt failed, for qpsock-stat (a string literal).
+const char* decline_reason(int error) {
+  switch (-error) {
+    case ECONNREFUSED:
+      return "the peer offers no upgrade (no qpsock, or it declined)";
+    case ETIMEDOUT:
+      return "the RDMA upgrade timed out";
+    case ENODEV:
+    case EADDRNOTAVAIL:
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+      return "no RDMA device serves the connection's addresses";
+    case ENOMEM:
+    case EPERM:
+      return "cannot pin memory for RDMA (RLIMIT_MEMLOCK?)";
+    case ENOTCONN:
+      return "the socket was closed during the upgrade";
+    default:
+      return "the RDMA upgrade failed";
+  }
+}
+
+// Whether `tcp_fd` is still the socket the attempt was made for, and still
+// `connection`'s: the application may have closed it and reused the number.
+int still_the_same_socket(int tcp_fd, uint64_t tcp_socket_inode, const Connection& connection) {
+  uint64_t inode = 0;
+  if (socket_inode_of_fd(tcp_fd, inode) < 0 || inode != tcp_socket_inode ||
+      find_connection(tcp_fd).get() != &connection)
+    return -ENOTCONN;
+  return 0;
+}
+
+// The device's name, copied: the transport moves into the stream.
+struct DeviceName {
+  char text[64];
+};
+DeviceName device_of(const VerbsConnection& verbs) {
+  DeviceName name{};
+  snprintf(name.text, sizeof(name.text), "%s", verbs.transport->device_name());
+  return name;
+}
+
+// Both roles, once the queue pair is connected: the Stream over it, installed.
+int start_stream(Connection& connection, int tcp_fd, VerbsConnection verbs,
+                 stream::StreamSettings settings) {
+  std::unique_ptr<stream::Stream> stream;
+  if (int error = stream::Stream::create(std::move(verbs.transport), settings, nullptr, stream);
+      error < 0)
+    return error;
+  if (int error = stream->connect(verbs.peer_endpoint); error < 0) return error;
+  return connection.install_announced(std::move(stream), tcp_fd, stats::Path::rdma);
+}
+
+void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_ptr<Connection>& weak,
+                       const sockaddr_storage& local, const sockaddr_storage& peer,
+                       const stream::StreamSettings& settings, Deadline deadline) {
+  VerbsConnection verbs;
+  int result = VerbsConnector(options_for(settings)).connect(local, peer, deadline, verbs);
+  std::shared_ptr<Connection> connection = weak.lock();
+  if (connection == nullptr) return;  // closed meanwhile; the queue pair goes with `verbs`
+  DeviceName device{};
+  if (result == 0) {
+    device = device_of(verbs);
+    result = still_the_same_socket(tcp_fd, tcp_socket_inode, *connection);
+  }
+  if (result == 0) result = start_stream(*connection, tcp_fd, std::move(verbs), settings);
+  if (result < 0) {
+    QPSOCK_LOG(info, "fd %d: no RDMA upgrade with %s (%s); stays on TCP", tcp_fd,
+               describe_address(peer).c_str(), strerrordesc_np(-result));
+    connection->decline(decline_reason(result));
+    return;
+  }
+  QPSOCK_LOG(info, "fd %d: upgraded to RDMA (%s, to %s)", tcp_fd, device.text,
+             describe_address(peer).c_str());
+}
+
+}  // namespace
+
+int listen_for_verbs_upgrade(int tcp_fd, const sockaddr* destination, socklen_t length,
+                             std::unique_ptr<VerbsListener>& listener, const char*& reason) {
+  const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
+  if ((reason = reason_rdma_unusable(settings.ring_size)) != nullptr) return -ENODEV;
+  sockaddr_storage meeting{};
+  if (int error = client_meeting_address(tcp_fd, destination, length, meeting); error < 0) {
+    reason = "the source port is not known before connect";
+    return error;
+  }
+  if (int error = VerbsListener::listen(meeting, options_for(settings), listener); error < 0) {
+    reason = error == -EADDRINUSE ? "the rdma_cm port of the connection is taken"
+                                  : "no RDMA device serves the connection's address";
+    return error;
+  }
+  QPSOCK_LOG(debug, "fd %d: RDMA upgrade offered at %s", tcp_fd, describe_address(meeting).c_str());
+  return 0;
+}
+
+int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tcp_fd,
+                         uint64_t tcp_socket_inode, Deadline deadline) {
+  stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
+  // The listener mapped rings of the size chosen at connect(); SO_RCVBUF may
+  // have changed since.
+  settings.ring_size = listener.options().ring_size;
+  VerbsConnection verbs;
+  int result = listener.accept(deadline, verbs);
+  DeviceName device{};
+  if (result == 0) {
+    device = device_of(verbs);
+    result = still_the_same_socket(tcp_fd, tcp_socket_inode, connection);
+  }
+  // Only the host at the other end of the TCP connection may take it (the
+  // binding tokens then prove it is the very socket; docs/upgrade-protocol.md).
+  if (result == 0 && !is_tcp_peer_address(tcp_fd, rdma_get_peer_addr(verbs.transport->cm_id()))) {
+    QPSOCK_LOG(warn, "fd %d: an RDMA upgrade request from %s, not the connection's peer; refused",
+               tcp_fd, describe_address(*reinterpret_cast<const sockaddr_storage*>(
+                           rdma_get_peer_addr(verbs.transport->cm_id()))).c_str());
+    result = -EACCES;
+  }
+  if (result == 0) result = start_stream(connection, tcp_fd, std::move(verbs), settings);
+  if (result < 0) {
+    QPSOCK_LOG(info, "fd %d: RDMA upgrade failed (%s); stays on TCP", tcp_fd,
+               strerrordesc_np(-result));
+    return result;
+  }
+  QPSOCK_LOG(info, "fd %d: upgraded to RDMA (%s)", tcp_fd, device.text);
+  return 0;
+}
+
+void begin_server_verbs_upgrade(int tcp_fd, const std::shared_ptr<Connection>& connection,
+                                Deadline deadline) {
+  const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
+  if (const char* reason = reason_rdma_unusable(settings.ring_size)) {
+    QPSOCK_LOG(info, "fd %d: %s; stays on TCP", tcp_fd, reason);
+    connection->decline(reason);
+    return;
+  }
+  sockaddr_storage local{}, peer{};
+  uint64_t inode = 0;
+  if (server_meeting_addresses(tcp_fd, local, peer) < 0 || socket_inode_of_fd(tcp_fd, inode) < 0) {
+    connection->decline("the socket's addresses could not be read");
+    return;
+  }
+  std::weak_ptr<Connection> weak = connection;
+  if (!run_in_upgrade_worker([tcp_fd, inode, weak, local, peer, settings, deadline] {
+        connect_in_worker(tcp_fd, inode, weak, local, peer, settings, deadline);
+      }))
+    connection->decline("the upgrade worker could not start");
+}
+
+}  // namespace qpsock::upgrade

@@ -1,0 +1,45 @@
+// The upgrade between hosts, over RDMA (docs/upgrade-protocol.md, "Between
+// hosts: RDMA"). The client listens with rdma_cm at its own TCP endpoint
+// before its SYN goes out (verbs_addresses.h); the server, in the process
+// that first does I/O on the connection, connects there from the upgrade
+// worker, while the application goes on over TCP. The rdma_cm private data
+// carries each side's ring (transport/verbs/connection_hello.h); each side
+// then installs its stream and sends its Hello, with its binding token, as
+// the first bytes of its direction (Connection::install_announced). A peer
+// that does not run qpsock has no listener: its kernel rejects the connect,
+// and nothing is ever written into its TCP stream.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "transport/verbs/verbs_listener.h"
+#include "upgrade/connection.h"
+#include "upgrade/side_channel.h"
+
+namespace qpsock::upgrade {
+
+// Client, in connect() before the SYN: an rdma_cm listener at the socket's
+// own endpoint, sized for its stream. 0, or -errno with `reason` (a string
+// literal, for qpsock-stat) saying why there is none; nothing is logged.
+int listen_for_verbs_upgrade(int tcp_fd, const sockaddr* destination, socklen_t length,
+                             std::unique_ptr<transport::verbs::VerbsListener>& listener,
+                             const char*& reason);
+
+// Client, in the upgrade agent, once a connect request waits on `listener`:
+// accepts it, checks that `tcp_fd` is still the socket `tcp_socket_inode`,
+// and installs the stream. 0, or -errno (the caller declines). Logs one line
+// either way.
+int accept_verbs_upgrade(transport::verbs::VerbsListener& listener, Connection& connection,
+                         int tcp_fd, uint64_t tcp_socket_inode, Deadline deadline);
+
+// Server, at the connection's first I/O in this process: the attempt is
+// handed to the upgrade worker, which declines the connection if it fails.
+// Declines it at once if no attempt can be made (no RDMA device, too low an
+// RLIMIT_MEMLOCK, no worker); logs one line for that.
+void begin_server_verbs_upgrade(int tcp_fd, const std::shared_ptr<Connection>& connection,
+                                Deadline deadline);
+
+}  // namespace qpsock::upgrade

@@ -1,0 +1,100 @@
+// Where the two ends of an RDMA upgrade meet (upgrade/verbs_addresses.h):
+// the client's listener address must be its TCP endpoint, known before the
+// SYN; the server's is its connection's peer. Real sockets on loopback.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/unique_fd.h"
+#include "upgrade/verbs_addresses.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+sockaddr_in ipv4(const char* text, uint16_t port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  inet_pton(AF_INET, text, &address.sin_addr);
+  return address;
+}
+
+const sockaddr* as_sockaddr(const sockaddr_in& address) {
+  return reinterpret_cast<const sockaddr*>(&address);
+}
+
+uint16_t local_port(int fd) {
+  sockaddr_in bound{};
+  socklen_t length = sizeof(bound);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length), 0);
+  return ntohs(bound.sin_port);
+}
+
+TEST(VerbsAddresses, LoopbackIsLocalAndADocumentationAddressIsNot) {
+  const sockaddr_in loopback = ipv4("127.0.0.1", 80);
+  const sockaddr_in elsewhere = ipv4("192.0.2.1", 80);  // TEST-NET-1
+  EXPECT_TRUE(is_local_address(as_sockaddr(loopback), sizeof(loopback)));
+  EXPECT_FALSE(is_local_address(as_sockaddr(elsewhere), sizeof(elsewhere)));
+  EXPECT_FALSE(is_local_address(nullptr, 0));
+}
+
+TEST(VerbsAddresses, AnUnboundClientIsGivenItsPortBeforeConnect) {
+  UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(client.valid());
+  const sockaddr_in destination = ipv4("127.0.0.1", 9);
+  sockaddr_storage meeting{};
+  ASSERT_EQ(client_meeting_address(client.get(), as_sockaddr(destination), sizeof(destination),
+                                   meeting),
+            0);
+  const auto& met = reinterpret_cast<const sockaddr_in&>(meeting);
+  EXPECT_EQ(met.sin_family, AF_INET);
+  // The route to 127.0.0.1 leaves from 127.0.0.1; the port is the socket's own.
+  EXPECT_EQ(met.sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+  EXPECT_NE(ntohs(met.sin_port), 0);
+  EXPECT_EQ(ntohs(met.sin_port), local_port(client.get()));
+}
+
+TEST(VerbsAddresses, ABoundClientMeetsAtItsOwnAddressAndPort) {
+  UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(client.valid());
+  const sockaddr_in source = ipv4("127.0.0.2", 0);
+  ASSERT_EQ(bind(client.get(), as_sockaddr(source), sizeof(source)), 0);
+  const sockaddr_in destination = ipv4("127.0.0.1", 9);
+  sockaddr_storage meeting{};
+  ASSERT_EQ(client_meeting_address(client.get(), as_sockaddr(destination), sizeof(destination),
+                                   meeting),
+            0);
+  const auto& met = reinterpret_cast<const sockaddr_in&>(meeting);
+  char text[INET_ADDRSTRLEN];
+  EXPECT_STREQ(inet_ntop(AF_INET, &met.sin_addr, text, sizeof(text)), "127.0.0.2");
+  EXPECT_EQ(ntohs(met.sin_port), local_port(client.get()));
+}
+
+TEST(VerbsAddresses, TheServerMeetsTheClientAtItsPeerAddress) {
+  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const sockaddr_in any_port = ipv4("127.0.0.1", 0);
+  ASSERT_EQ(bind(listener.get(), as_sockaddr(any_port), sizeof(any_port)), 0);
+  ASSERT_EQ(listen(listener.get(), 1), 0);
+  const sockaddr_in server = ipv4("127.0.0.1", local_port(listener.get()));
+  UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_storage meeting{};
+  ASSERT_EQ(client_meeting_address(client.get(), as_sockaddr(server), sizeof(server), meeting), 0);
+  ASSERT_EQ(connect(client.get(), as_sockaddr(server), sizeof(server)), 0);
+  UniqueFd accepted(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_TRUE(accepted.valid());
+
+  sockaddr_storage local{}, peer{};
+  ASSERT_EQ(server_meeting_addresses(accepted.get(), local, peer), 0);
+  EXPECT_EQ(std::memcmp(&peer, &meeting, sizeof(sockaddr_in)), 0);
+  EXPECT_EQ(reinterpret_cast<const sockaddr_in&>(local).sin_port, 0);
+  EXPECT_TRUE(is_tcp_peer_address(accepted.get(), reinterpret_cast<const sockaddr*>(&peer)));
+  const sockaddr_in stranger = ipv4("127.0.0.3", 1);
+  EXPECT_FALSE(is_tcp_peer_address(accepted.get(), as_sockaddr(stranger)));
+}
+
+}  // namespace
+}  // namespace qpsock::upgrade
