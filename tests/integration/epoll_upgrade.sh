@@ -21,27 +21,8 @@ ASYNCIO=$(dirname "$(readlink -f "$0")")/../programs/asyncio_echo.py
 CONNECTIONS=16
 BYTES=4194304
 
-if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
-  if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
-    echo "epoll_upgrade: needs root for a network namespace; skipped" >&2
-    exit 77
-  fi
-  exec unshare --net env QPSOCK_IN_NAMESPACE=1 bash "$0" "$@"
-fi
-ip link set lo up
+source "$(dirname "$(readlink -f "$0")")/checks.sh" --own-network-namespace "$@"
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*" >&2; }
-
-out_octets() { awk '/^IpExt:/ { if (header) { print $9; exit } header = 1 }' /proc/net/netstat; }
 # prefix RUNNER LOG: sets PREFIX to what runs a command under RUNNER.
 prefix() {
   PREFIX=()

@@ -22,26 +22,7 @@ CLIENT=${QPSOCK_PROGRAMS_DIR:?}/echo_client
 RUN=${QPSOCK_RUN:?}
 LIBRARY=${QPSOCK_LIBRARY:?}
 
-if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
-  if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
-    echo "fork_upgrade: needs root for a network namespace; skipped" >&2
-    exit 77
-  fi
-  exec unshare --net env QPSOCK_IN_NAMESPACE=1 bash "$0" "$@"
-fi
-ip link set lo up
-
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do pkill -KILL -P "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*" >&2; }
+source "$(dirname "$(readlink -f "$0")")/checks.sh" --own-network-namespace "$@"
 
 # A fixed port is safe here: the namespace is ours alone.
 PORT=7411

@@ -23,25 +23,7 @@ if [[ -z $JAR || ! -f $JAR ]] || ! command -v java >/dev/null; then
   echo "jvm_close: no JDK or test jar; skipped" >&2
   exit 77
 fi
-if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
-  if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
-    echo "jvm_close: needs root for a network namespace; skipped" >&2
-    exit 77
-  fi
-  exec unshare --net env QPSOCK_IN_NAMESPACE=1 bash "$0" "$@"
-fi
-ip link set lo up
-
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*" >&2; }
+source "$(dirname "$(readlink -f "$0")")/checks.sh" --own-network-namespace "$@"
 
 JAVA=(java -XX:+UseSerialGC -Xmx128m -XX:TieredStopAtLevel=1 -cp "$JAR" CloseWhileBlocked)
 PORT=7600

@@ -26,27 +26,7 @@ BYTES=1099511627776
 LIMIT_MS=1000
 CEILING=20
 
-if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
-  if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
-    echo "peer_death: needs root for a network namespace; skipped" >&2
-    exit 77
-  fi
-  exec unshare --net env QPSOCK_IN_NAMESPACE=1 bash "$0" "$@"
-fi
-ip link set lo up
-
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  # The programs first (a timeout killed alone would leave its child running).
-  for pid in "${PIDS[@]}"; do pkill -KILL -P "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*" >&2; }
+source "$(dirname "$(readlink -f "$0")")/checks.sh" --own-network-namespace "$@"
 
 # program_of TIMEOUT_PID: the bulk_exchange process under that timeout.
 program_of() {

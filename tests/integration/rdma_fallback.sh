@@ -15,16 +15,7 @@ if [[ -e /dev/infiniband/rdma_cm ]] && compgen -G '/sys/class/infiniband/*' >/de
   exit 77
 fi
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*" >&2; }
+source "$(dirname "$(readlink -f "$0")")/checks.sh"
 
 BYTES=$((8 << 20))
 qpsock() {  # log-file program...

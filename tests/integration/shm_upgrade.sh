@@ -18,27 +18,8 @@ RUN=${QPSOCK_RUN:?}
 LIBRARY=${QPSOCK_LIBRARY:?}
 STAT=${QPSOCK_BINARY_DIR:?}/tools/qpsock-stat/qpsock-stat
 
-if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
-  if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
-    echo "shm_upgrade: needs root for a network namespace; skipped" >&2
-    exit 77
-  fi
-  exec unshare --net env QPSOCK_IN_NAMESPACE=1 bash "$0" "$@"
-fi
-ip link set lo up
+source "$(dirname "$(readlink -f "$0")")/checks.sh" --own-network-namespace "$@"
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*" >&2; }
-
-out_octets() { awk '/^IpExt:/ { if (header) { print $9; exit } header = 1 }' /proc/net/netstat; }
 
 # run_pair NAME SERVER_RUNNER CLIENT_RUNNER [HOLD_CHECK]: each runner is
 # "qpsock" or "plain". With HOLD_CHECK, both ends hold their verified

@@ -19,25 +19,7 @@ PROGRAM=${QPSOCK_PROGRAMS_DIR:?}/conversation
 RUN=${QPSOCK_RUN:?}
 LIBRARY=${QPSOCK_LIBRARY:?}
 
-if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
-  if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
-    echo "speaking_order: needs root for a network namespace; skipped" >&2
-    exit 77
-  fi
-  exec unshare --net env QPSOCK_IN_NAMESPACE=1 bash "$0" "$@"
-fi
-ip link set lo up
-
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-pass() { echo "ok: $*" >&2; }
+source "$(dirname "$(readlink -f "$0")")/checks.sh" --own-network-namespace "$@"
 
 # The stall allowances over the plain/plain reference (the dialogue alone, and
 # the whole run with process start-up), and the longest turn. An upgrade that

@@ -15,19 +15,8 @@ set -Eeuo pipefail
 script=$1 min_upgrades=$2 min_payload=$3
 name=$(basename "$script" .sh)
 
-if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
-  if [[ $(id -u) != 0 ]] || ! unshare --net true 2>/dev/null; then
-    echo "upgrade_proof: needs root for a network namespace; skipped" >&2
-    exit 77
-  fi
-  exec unshare --net env QPSOCK_IN_NAMESPACE=1 bash "$0" "$@"
-fi
-ip link set lo up
-
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+source "$(dirname "$(readlink -f "$0")")/checks.sh" --own-network-namespace "$@"
 log=$WORK/qpsock.log
-out_octets() { awk '/^IpExt:/ { if (header) { print $9; exit } header = 1 }' /proc/net/netstat; }
 
 before=$(out_octets)
 status=0
@@ -37,22 +26,18 @@ upgrades=$(grep -c "upgraded to shared memory" "$log" 2>/dev/null || true)
 echo "$name under qpsock: $upgrades upgrades; IP OutOctets grew by $grown bytes" \
   "($((grown * 100 / min_payload))% of the $min_payload payload bytes it moves at the least)" >&2
 
-failures=0
 if [[ $status != 0 ]]; then
-  echo "FAIL: $name failed under qpsock (status $status)" >&2
-  failures=$((failures + 1))
+  fail "$name failed under qpsock (status $status)"
 fi
 if ((upgrades < min_upgrades)); then
-  echo "FAIL: $name: $upgrades upgrades in the logs, fewer than $min_upgrades" >&2
+  fail "$name: $upgrades upgrades in the logs, fewer than $min_upgrades"
   grep -v statistics "$log" 2>/dev/null | head -20 >&2 || true
-  failures=$((failures + 1))
 else
-  echo "ok: $name: $upgrades connection ends upgraded to shared memory" >&2
+  pass "$name: $upgrades connection ends upgraded to shared memory"
 fi
 if ((grown * 4 >= min_payload)); then
-  echo "FAIL: $name: the kernel's TCP/IP carried $grown bytes; the payload is at least $min_payload" >&2
-  failures=$((failures + 1))
+  fail "$name: the kernel's TCP/IP carried $grown bytes; the payload is at least $min_payload"
 else
-  echo "ok: $name: the payload did not cross the kernel's TCP/IP" >&2
+  pass "$name: the payload did not cross the kernel's TCP/IP"
 fi
 ((failures == 0))
