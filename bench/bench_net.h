@@ -198,20 +198,29 @@ inline int listen_on(const std::string& host, const std::string& port, int* boun
   return fd;
 }
 
+// The client's source address (--bind): between two local addresses, as in
+// the Soft-RoCE setup, the kernel would otherwise pick the destination's own.
+inline std::string client_source_address;
+
 inline int connect_to(const std::string& host, const std::string& port) {
   addrinfo* addresses = resolve(host.c_str(), port.c_str(), false);
+  addrinfo* source = client_source_address.empty()
+                         ? nullptr
+                         : resolve(client_source_address.c_str(), "0", false);
   int fd = -1;
   int last_errno = 0;
   for (addrinfo* a = addresses; a && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) { last_errno = errno; continue; }
-    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+    if ((source != nullptr && bind(fd, source->ai_addr, source->ai_addrlen) != 0) ||
+        connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
       last_errno = errno;
       close(fd);
       fd = -1;
     }
   }
   freeaddrinfo(addresses);
+  if (source != nullptr) freeaddrinfo(source);
   if (fd < 0) {
     errno = last_errno;
     die_errno(("connect to " + host + " port " + port).c_str());
@@ -273,7 +282,7 @@ inline void wait_local_server(pid_t child) {
 
 // The command line shared by the client/server benchmarks:
 //   NAME server [PORT] [--host ADDR] [--port-file FILE] [--connections N]
-//   NAME client HOST PORT [client options]
+//   NAME client HOST PORT [--bind SOURCE_ADDR] [client options]
 //   NAME local [--host ADDR] [client options]
 // `Program` supplies: Options (client options), client_option(args, options),
 // run_client(host, port, options), serve(listener, connections) and usage().
@@ -311,6 +320,7 @@ int run_bench_main(const char* name, int argc, char** argv) {
       if (Program::client_option(args, options)) continue;
       if (args.option("--host", value)) host = value;
       else if (args.option("--port", value)) port = value;
+      else if (args.option("--bind", value)) client_source_address = value;
       else if (args.peek().substr(0, 1) == "-") Program::usage();
       else if (host.empty()) host = args.next();
       else if (port.empty()) port = args.next();

@@ -34,7 +34,7 @@ struct Header {
 void usage() {
   std::fputs(
       "usage: socket_pingpong server [PORT] [--host ADDR] [--port-file FILE] [--connections N]\n"
-      "       socket_pingpong client HOST PORT [--size BYTES] [--iterations N] [--warmup N]\n"
+      "       socket_pingpong client HOST PORT [--bind ADDR] [--size BYTES] [--iterations N] [--warmup N]\n"
       "       socket_pingpong local [--host ADDR] [--size BYTES] [--iterations N] [--warmup N]\n",
       stderr);
   std::exit(2);
