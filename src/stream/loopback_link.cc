@@ -23,9 +23,6 @@ class LoopbackRegistration final : public MemoryRegistration {
   int side_;
 };
 
-// Stands for a QP flushed or torn down under the poster.
-constexpr int kFlushedStatus = -ECONNRESET;
-
 size_t total_length(std::span<const LocalSlice> slices) {
   size_t total = 0;
   for (const LocalSlice& slice : slices) total += slice.length;

@@ -9,6 +9,7 @@
 // reference. Errors are return codes: 0 or a count on success, -errno on failure.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -89,6 +90,11 @@ struct Completion {
   uint64_t cookie;     // the post's cookie (write_done, read_done)
   uint32_t immediate;  // the peer's immediate (arrived)
 };
+
+// The status of every completion once the link is gone (a queue pair
+// flushed or torn down, a peer that disconnected or died): the stream then
+// reports the connection reset.
+inline constexpr int kFlushedStatus = -ECONNRESET;
 
 // Fewest slices a transport must accept in one post.
 inline constexpr uint32_t kMinimumSlicesPerPost = 4;

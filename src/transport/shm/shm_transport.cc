@@ -20,11 +20,10 @@ using stream::LocalSlice;
 using stream::MemoryAccess;
 using stream::MemoryRegistration;
 using stream::RemoteRegion;
+using stream::kFlushedStatus;
 
 namespace {
 
-// Stands for a QP flushed or torn down under the poster.
-constexpr int kFlushedStatus = -ECONNRESET;
 // A forked child's copy of a transport refuses every post and poll.
 constexpr int kForkedStatus = -EPIPE;
 

@@ -20,11 +20,10 @@ using stream::LocalSlice;
 using stream::MemoryAccess;
 using stream::MemoryRegistration;
 using stream::RemoteRegion;
+using stream::kFlushedStatus;
 
 namespace {
 
-// Every failure of a connected queue pair means the connection is gone.
-constexpr int kFlushedStatus = -ECONNRESET;
 
 // One post's scatter/gather list.
 struct ScatterGather {
