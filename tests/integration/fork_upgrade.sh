@@ -60,17 +60,26 @@ run_pair() {
   fi
 }
 
+# same_report_as_plain NAME: the client's report of run NAME equals plain's.
+same_report_as_plain() {
+  if cmp -s "$WORK/plain.report" "$WORK/$1.report"; then
+    pass "$1: the client's report (bytes and CRC-32 per connection) is the same as plain's"
+  else
+    fail "$1: the client's report differs from plain's"
+    diff "$WORK/plain.report" "$WORK/$1.report" >&2 || true
+  fi
+}
+# upgrading_pids LOG: the pids on LOG's "upgraded to shared memory" lines, sorted.
+upgrading_pids() {
+  sed -n 's/^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: upgraded to shared memory$/\1/p' "$1" | sort -n
+}
+
 run_pair plain plain
 run_pair qpsock qpsock
-if cmp -s "$WORK/plain.report" "$WORK/qpsock.report"; then
-  pass "qpsock: the client's report (bytes and CRC-32 per connection) is the same as plain's"
-else
-  fail "qpsock: the client's report differs from plain's"
-  diff "$WORK/plain.report" "$WORK/qpsock.report" >&2 || true
-fi
+same_report_as_plain qpsock
 
 log=$WORK/qpsock.server.log
-upgraded=$(sed -n 's/^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: upgraded to shared memory$/\1/p' "$log" | sort -n)
+upgraded=$(upgrading_pids "$log")
 children=$(sed -n 's/^fork_echo_server\[[0-9]*\]: connection [0-9]* served by child \([0-9]*\)$/\1/p' "$log" | sort -n)
 accepted_by=$(sed -n 's/^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: server .* <- .*/\1/p' "$log" | sort -u)
 echo "server parent pid ${PARENT:-unknown} (accepts logged by ${accepted_by//$'\n'/ });" \
@@ -108,13 +117,9 @@ fi
 # The prefork server: CONNECTIONS workers, each may take any connection.
 run_pair prefork-plain plain -p "$CONNECTIONS"
 run_pair prefork qpsock -p "$CONNECTIONS"
-if cmp -s "$WORK/plain.report" "$WORK/prefork.report"; then
-  pass "prefork: the client's report is the same as plain's"
-else
-  fail "prefork: the client's report differs from plain's"
-fi
+same_report_as_plain prefork
 log=$WORK/prefork.server.log
-upgraded=$(sed -n 's/^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: upgraded to shared memory$/\1/p' "$log" | sort -n)
+upgraded=$(upgrading_pids "$log")
 workers=$(sed -n 's/^fork_echo_server\[\([0-9]*\)\]: prefork worker ready$/\1/p' "$log" | sort -n)
 took=$(sed -n 's/^fork_echo_server\[\([0-9]*\)\]: worker took a connection$/\1/p' "$log" | sort -n)
 echo "prefork parent pid ${PARENT:-unknown}; workers: ${workers//$'\n'/ };" \
