@@ -8,20 +8,16 @@
 
 namespace qpsock::stream {
 
-ReadinessSignal::~ReadinessSignal() {
-  if (fd_ >= 0) next::close(fd_);
-}
-
 int ReadinessSignal::open() {
-  fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  return fd_ < 0 ? -errno : 0;
+  fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  return fd_.valid() ? 0 : -errno;
 }
 
 void ReadinessSignal::notify() {
   if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
   if (signalled_.exchange(true, std::memory_order_acq_rel)) return;
   const uint64_t one = 1;
-  [[maybe_unused]] ssize_t count = next::write(fd_, &one, sizeof(one));
+  [[maybe_unused]] ssize_t count = next::write(fd_.get(), &one, sizeof(one));
 }
 
 void ReadinessSignal::drain() {
@@ -29,7 +25,7 @@ void ReadinessSignal::drain() {
   // looks at every stream after draining anyway.
   signalled_.store(false, std::memory_order_release);
   uint64_t drained;
-  [[maybe_unused]] ssize_t count = next::read(fd_, &drained, sizeof(drained));
+  [[maybe_unused]] ssize_t count = next::read(fd_.get(), &drained, sizeof(drained));
 }
 
 }  // namespace qpsock::stream

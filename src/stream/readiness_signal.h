@@ -10,17 +10,18 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/unique_fd.h"
+
 namespace qpsock::stream {
 
 class ReadinessSignal {
  public:
   ReadinessSignal() = default;
-  ~ReadinessSignal();
   ReadinessSignal(const ReadinessSignal&) = delete;
   ReadinessSignal& operator=(const ReadinessSignal&) = delete;
 
   int open();  // 0 or -errno
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
   // Around a sleep in the epoll set: notify() writes only in between.
   void add_sleeper() { sleepers_.fetch_add(1, std::memory_order_seq_cst); }
@@ -30,7 +31,7 @@ class ReadinessSignal {
   void drain();
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
   std::atomic<int> sleepers_{0};
   std::atomic<bool> signalled_{false};
 };

@@ -11,24 +11,25 @@
 
 #include <cstdint>
 
+#include "common/unique_fd.h"
+
 namespace qpsock::stream {
 
 class WakeSignal {
  public:
   WakeSignal() = default;
-  ~WakeSignal();
   WakeSignal(const WakeSignal&) = delete;
   WakeSignal& operator=(const WakeSignal&) = delete;
 
   int open();  // 0 or -errno
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
   void add_sleeper() { ++sleepers_; }
   void remove_sleeper();
   void notify();
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;
   uint32_t sleepers_ = 0;
   bool signalled_ = false;
 };
