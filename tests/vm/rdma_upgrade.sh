@@ -38,19 +38,8 @@ PROG=$build_dir/tests/programs/bulk_exchange
 STAT=$build_dir/tools/qpsock-stat/qpsock-stat
 RUN=$root/scripts/qpsock-run
 SERVER_IP=10.77.0.1 CLIENT_IP=10.77.0.2
-FAILS=0
-LOG=$(mktemp -d "${TMPDIR:-/tmp}/rdma_upgrade.XXXXXX")
+source "$here/vm_checks.sh" rdma_upgrade
 export QPSOCK_STAT_DIR=$LOG/stat
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    rm -rf "$LOG"
-}
-trap cleanup EXIT
-
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 show() { for f in "$@"; do echo "    --- ${f##*/}"; sed 's/^/    | /' "$f" 2>/dev/null | tail -40; done; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 

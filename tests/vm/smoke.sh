@@ -23,18 +23,7 @@ if [[ ${1:-} != --inside ]]; then
 fi
 
 # ----------------------------------------------------------------- inside --
-FAILS=0
-LOG=$(mktemp -d "${TMPDIR:-/tmp}/smoke.XXXXXX")
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    rm -rf "$LOG"
-}
-trap cleanup EXIT
-
-pass() { echo "PASS: $*"; }
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+source "$HERE/vm_checks.sh" smoke
 # Show a log only when something failed: the passing output stays short.
 show() { sed 's/^/    | /' "$1"; }
 
