@@ -116,7 +116,7 @@ bool Stream::arm_for_readiness() {
     flush_unnotified_locked();
     moved |= progress_locked();
     if (transport_->arm() < 0) {
-      break_connection_locked(ECONNRESET);
+      break_connection_locked(ECONNRESET, "arming the transport's wakeup failed");
       return true;
     }
     if (!progress_locked()) return moved;
@@ -171,7 +171,8 @@ void Stream::on_control_event(short revents) {
   const ControlVerdict verdict = control_handler_(revents);
   std::lock_guard state(state_mutex_);
   if (verdict == ControlVerdict::stop_watching) watching_control_ = false;
-  if (verdict == ControlVerdict::connection_lost) break_connection_locked(ECONNRESET);
+  if (verdict == ControlVerdict::connection_lost)
+    break_connection_locked(ECONNRESET, "the TCP connection says the peer is gone");
 }
 
 short Stream::readiness(Progress progress) {
@@ -271,7 +272,7 @@ CloseResult Stream::close() {
 
 void Stream::abort() {
   std::lock_guard state(state_mutex_);
-  break_connection_locked(0);
+  break_connection_locked(0, "aborted");
 }
 
 int Stream::take_error() {

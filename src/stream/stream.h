@@ -160,7 +160,10 @@ class Stream {
   void flush_unnotified_locked();
   bool post_notification_locked(NotificationKind kind, uint32_t value);
   bool send_queue_has_room_locked(uint32_t posts) const;
-  void break_connection_locked(int pending_error);
+  // `why` goes to the debug log: the one place that says why a stream ended.
+  void break_connection_locked(int pending_error, const char* why);
+  // A post the transport refused (error < 0) ends the stream; the log says which.
+  void post_failed_locked(const char* what, int error);
   void protocol_error_locked(const char* what);
   // Wakes whoever waits for this stream's state to change.
   void notify_waiters_locked();

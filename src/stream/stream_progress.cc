@@ -17,7 +17,7 @@ bool Stream::progress_locked() {
   for (;;) {
     const int count = transport_->poll(batch);
     if (count < 0) {
-      break_connection_locked(ECONNRESET);
+      break_connection_locked(ECONNRESET, "polling the transport failed");
       changed = true;
       break;
     }
@@ -53,7 +53,7 @@ void Stream::dispatch_locked(const Completion& completion) {
       }
       break;
   }
-  if (completion.status != 0) break_connection_locked(ECONNRESET);
+  if (completion.status != 0) break_connection_locked(ECONNRESET, "a transfer failed or was flushed");
 }
 
 void Stream::on_notification_locked(const Notification& notification) {
@@ -120,7 +120,7 @@ void Stream::scan_locked() {
     if (read_shutdown_ && write_shutdown_ && record.header.type != RecordType::padding) {
       // Data after shutdown(SHUT_RDWR) resets the connection, as TCP does
       // (RFC 1122): the sender learns that nobody will read it.
-      break_connection_locked(ECONNRESET);
+      break_connection_locked(ECONNRESET, "data arrived after shutdown(SHUT_RDWR)");
       return;
     }
   }
@@ -138,7 +138,7 @@ bool Stream::post_notification_locked(NotificationKind kind, uint32_t value) {
                                            plain_cookie(PostKind::notification));
   if (error < 0) {
     --posts_outstanding_;
-    break_connection_locked(ECONNRESET);
+    post_failed_locked("a notification", error);
     return false;
   }
   return true;
@@ -188,7 +188,7 @@ void Stream::flush_unnotified_locked() {
   unnotified_payload_ = 0;
 }
 
-void Stream::break_connection_locked(int pending_error) {
+void Stream::break_connection_locked(int pending_error, const char* why) {
   if (broken_) return;
   broken_ = true;
   if (pending_error == ECONNRESET && eof_received_ && !closed_) {
@@ -200,13 +200,20 @@ void Stream::break_connection_locked(int pending_error) {
   // The peer must lose access to our ring and rendezvous buffers at once.
   transport_->disconnect();
   notify_waiters_locked();
-  QPSOCK_LOG(debug, "stream broken (error %d)", pending_error);
+  QPSOCK_LOG(debug, "stream broken: %s (error %d)", why, pending_error);
+}
+
+void Stream::post_failed_locked(const char* what, int error) {
+  if (broken_) return;
+  QPSOCK_LOG(warn, "stream: posting %s failed: %s; resetting the connection", what,
+             std::strerror(-error));
+  break_connection_locked(ECONNRESET, "a post failed");
 }
 
 void Stream::protocol_error_locked(const char* what) {
   if (broken_) return;
   QPSOCK_LOG(warn, "stream protocol error: %s; resetting the connection", what);
-  break_connection_locked(ECONNRESET);
+  break_connection_locked(ECONNRESET, what);
 }
 
 }  // namespace qpsock::stream

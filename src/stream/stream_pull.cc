@@ -66,10 +66,11 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
     rendezvous.requested += length;
     ++posts_outstanding_;
     ++reads_outstanding_;
-    if (transport_->post_read({&piece, 1}, from, plain_cookie(PostKind::read)) < 0) {
+    if (const int error = transport_->post_read({&piece, 1}, from, plain_cookie(PostKind::read));
+        error < 0) {
       --posts_outstanding_;
       --reads_outstanding_;
-      break_connection_locked(ECONNRESET);
+      post_failed_locked("a rendezvous read", error);
       break;
     }
     done += length;

@@ -36,7 +36,7 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
       // The peer shut down both directions: TCP's peer answers this write
       // with a reset; it is accepted, never delivered, and ends the stream
       // (after the peer's end of stream, as an orderly close: later writes EPIPE).
-      break_connection_locked(ECONNRESET);
+      break_connection_locked(ECONNRESET, "written after the peer's shutdown(SHUT_RDWR)");
       if (peer_closed_) {
         wrote_after_peer_close_ = true;
         pending_error_ = EPIPE;
@@ -156,8 +156,8 @@ ssize_t Stream::send_eager_step(StateLock& state, IovecCursor& source, uint64_t 
     state.lock();
   }
   if (broken_) return -EPIPE;
-  if (eager_->post(plan, immediate) < 0) {
-    break_connection_locked(ECONNRESET);
+  if (const int error = eager_->post(plan, immediate); error < 0) {
+    post_failed_locked("an eager write", error);
     return -EPIPE;
   }
   if (defer) {

@@ -64,10 +64,12 @@ int64_t Stream::post_rendezvous_descriptor(StateLock& state, ByteRange piece,
           eager_->stage(plan);
           state.lock();
         }
-        if (!broken_ &&
-            eager_->post(plan, encode_notification({NotificationKind::data_arrived,
-                                                    static_cast<uint32_t>(announce / kRingUnit)})) < 0)
-          break_connection_locked(ECONNRESET);
+        if (!broken_) {
+          const uint32_t units = static_cast<uint32_t>(announce / kRingUnit);
+          if (const int error = eager_->post(plan, encode_notification({NotificationKind::data_arrived, units}));
+              error < 0)
+            post_failed_locked("a rendezvous descriptor", error);
+        }
         if (broken_) {
           rendezvous_out_.finish(descriptor.id);
           return -EPIPE;

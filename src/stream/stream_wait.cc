@@ -39,7 +39,7 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     }
     if (int error = transport_->arm(); error < 0) {
       // Without a wakeup we cannot sleep: the stream is broken.
-      break_connection_locked(ECONNRESET);
+      break_connection_locked(ECONNRESET, "arming the transport's wakeup failed");
       return broken_ && options.until_broken ? 0 : -ECONNRESET;
     }
     // A completion that raced the arm is seen here rather than slept on. If
@@ -61,10 +61,12 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     wake_.remove_sleeper();
 
     if (verdict == ControlVerdict::stop_watching) watching_control_ = false;
-    if (verdict == ControlVerdict::connection_lost) break_connection_locked(ECONNRESET);
+    if (verdict == ControlVerdict::connection_lost)
+      break_connection_locked(ECONNRESET, "the TCP connection says the peer is gone");
     if (poll_error == EINTR && options.interruptible) return -EINTR;
     // Anything else (one of our fds closed under us) would spin forever.
-    if (poll_error != 0 && poll_error != EINTR) break_connection_locked(ECONNRESET);
+    if (poll_error != 0 && poll_error != EINTR)
+      break_connection_locked(ECONNRESET, "waiting for the transport failed");
     spin_until = Clock::now() + settings_.spin_time;
   }
 }

@@ -203,10 +203,11 @@ bool VerbsTransport::translate_receive(const ibv_wc& work, Completion& completio
 }
 
 void VerbsTransport::note_failure(const ibv_wc& work) {
-  // The first failure says why; the flushes that follow it say nothing new.
-  if (!std::exchange(failure_logged_, true) && work.status != IBV_WC_WR_FLUSH_ERR)
-    QPSOCK_LOG(info, "verbs: connection on %s failed: %s (vendor error %u)", device_name(),
-               ibv_wc_status_str(work.status), work.vendor_err);
+  // The first failure says why; the flushes that follow it say nothing new,
+  // unless nothing of ours moved the queue pair to the error state first.
+  if (!std::exchange(failure_logged_, true) && (work.status != IBV_WC_WR_FLUSH_ERR || !broken_))
+    QPSOCK_LOG(info, "verbs: connection on %s failed: %s (vendor error %u)",
+               device_name(), ibv_wc_status_str(work.status), work.vendor_err);
   break_link();
 }
 
