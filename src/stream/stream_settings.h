@@ -7,6 +7,8 @@
 
 namespace qpsock::stream {
 
+inline constexpr uint64_t kNoRendezvous = UINT64_MAX;
+
 struct StreamSettings {
   // Our receive ring (the peer's eager writes land here); a power of two.
   uint64_t ring_size = uint64_t{1} << 20;
@@ -17,6 +19,7 @@ struct StreamSettings {
   uint64_t eager_chunk = uint64_t{64} << 10;
   // A blocking send moves a contiguous piece of at least this many bytes by
   // rendezvous (zero-copy); smaller ones, and non-blocking sends, are copied.
+  // kNoRendezvous: every write is copied.
   uint64_t rendezvous_threshold = uint64_t{64} << 10;
   // How long a blocking wait busy-polls before it sleeps in poll(2).
   std::chrono::microseconds spin_time{20};

@@ -82,6 +82,10 @@ DeviceName device_of(const VerbsConnection& verbs) {
 // Both roles, once the queue pair is connected: the Stream over it, installed.
 int start_stream(Connection& connection, int tcp_fd, VerbsConnection verbs,
                  stream::StreamSettings settings) {
+  settings = verbs.stream_settings(settings);
+  if (settings.rendezvous_threshold == stream::kNoRendezvous)
+    QPSOCK_LOG(debug, "fd %d: Soft-RoCE at one end: large writes are copied, not pulled by RDMA reads",
+               tcp_fd);
   std::unique_ptr<stream::Stream> stream;
   if (int error = stream::Stream::create(std::move(verbs.transport), settings, nullptr, stream);
       error < 0)

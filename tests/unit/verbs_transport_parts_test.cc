@@ -9,6 +9,7 @@
 
 #include "transport/verbs/connection_hello.h"
 #include "transport/verbs/post_ledger.h"
+#include "transport/verbs/verbs_connection.h"
 #include "transport/verbs/verbs_options.h"
 #include "transport/verbs/verbs_registration.h"
 
@@ -26,9 +27,11 @@ TEST(VerbsHelloTest, FitsAnRcConnectsPrivateData) {
 
 TEST(VerbsHelloTest, CarriesTheEndpointBothWays) {
   const StreamEndpoint sent{0x00007f12'34567000, 0xdeadbeef, uint64_t{1} << 30, 1021};
-  const EncodedHello hello = encode_hello(sent);
-  StreamEndpoint received{};
-  ASSERT_EQ(decode_hello(hello.data(), hello.size(), received), 0);
+  const EncodedHello hello = encode_hello({sent, 0});
+  ConnectionHello decoded;
+  ASSERT_EQ(decode_hello(hello.data(), hello.size(), decoded), 0);
+  const StreamEndpoint& received = decoded.endpoint;
+  EXPECT_EQ(decoded.capabilities, 0);
   EXPECT_EQ(received.ring_address, sent.ring_address);
   EXPECT_EQ(received.ring_key, sent.ring_key);
   EXPECT_EQ(received.ring_size, sent.ring_size);
@@ -36,7 +39,7 @@ TEST(VerbsHelloTest, CarriesTheEndpointBothWays) {
 }
 
 TEST(VerbsHelloTest, IsBigEndianWithMagicAndVersionFirst) {
-  const EncodedHello hello = encode_hello({0x0102030405060708, 0x11223344, 0x2000, 256});
+  const EncodedHello hello = encode_hello({{0x0102030405060708, 0x11223344, 0x2000, 256}, 0});
   const std::vector<uint8_t> expected_start = {'q', 'p', 's', 'v', 0, 1, 0, 0,
                                                1,   2,   3,   4,   5, 6, 7, 8};
   EXPECT_TRUE(std::equal(expected_start.begin(), expected_start.end(), hello.begin()));
@@ -48,16 +51,16 @@ TEST(VerbsHelloTest, IsBigEndianWithMagicAndVersionFirst) {
 TEST(VerbsHelloTest, ReadsOnlyItsOwnBytesOfLongerPrivateData) {
   // A REQ's private data reaches the listener padded to 56 bytes.
   std::vector<uint8_t> padded(kLargestConnectPrivateData, 0);
-  const EncodedHello hello = encode_hello({4096, 7, 65536, 64});
+  const EncodedHello hello = encode_hello({{4096, 7, 65536, 64}, 0});
   std::memcpy(padded.data(), hello.data(), hello.size());
-  StreamEndpoint received{};
+  ConnectionHello received;
   ASSERT_EQ(decode_hello(padded.data(), padded.size(), received), 0);
-  EXPECT_EQ(received.ring_size, 65536u);
+  EXPECT_EQ(received.endpoint.ring_size, 65536u);
 }
 
 TEST(VerbsHelloTest, RefusesWhatIsNotAHelloOfThisVersion) {
-  EncodedHello hello = encode_hello({4096, 7, 65536, 64});
-  StreamEndpoint received{};
+  EncodedHello hello = encode_hello({{4096, 7, 65536, 64}, 0});
+  ConnectionHello received;
   EXPECT_EQ(decode_hello(nullptr, 0, received), -EPROTO);
   EXPECT_EQ(decode_hello(hello.data(), hello.size() - 1, received), -EPROTO);
   EncodedHello other_version = hello;
@@ -69,6 +72,27 @@ TEST(VerbsHelloTest, RefusesWhatIsNotAHelloOfThisVersion) {
   // Capability bits it does not know are no reason to refuse.
   hello[7] = 0x80;
   EXPECT_EQ(decode_hello(hello.data(), hello.size(), received), 0);
+}
+
+TEST(VerbsHelloTest, CarriesTheReadsUnreliableCapability) {
+  const EncodedHello hello = encode_hello({{4096, 7, 65536, 64}, kHelloReadsUnreliable});
+  EXPECT_EQ(hello[6], 0);
+  EXPECT_EQ(hello[7], 1);  // bit 0, big-endian
+  ConnectionHello received;
+  ASSERT_EQ(decode_hello(hello.data(), hello.size(), received), 0);
+  EXPECT_EQ(received.capabilities, kHelloReadsUnreliable);
+}
+
+TEST(VerbsConnectionTest, APeerWithUnreliableReadsTurnsRendezvousOff) {
+  stream::StreamSettings settings;
+  settings.rendezvous_threshold = 128 << 10;
+  VerbsConnection connection;  // no transport of ours: only the peer's hello counts
+  EXPECT_EQ(connection.stream_settings(settings).rendezvous_threshold, uint64_t{128} << 10);
+  connection.peer_capabilities = kHelloReadsUnreliable;
+  EXPECT_EQ(connection.stream_settings(settings).rendezvous_threshold, stream::kNoRendezvous);
+  // A capability it does not know changes nothing.
+  connection.peer_capabilities = 0x8000;
+  EXPECT_EQ(connection.stream_settings(settings).rendezvous_threshold, uint64_t{128} << 10);
 }
 
 TEST(VerbsPostLedgerTest, NamesCompletionsInPostOrder) {

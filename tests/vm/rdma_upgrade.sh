@@ -196,8 +196,16 @@ gated_exchange() {
     snapshot before
     touch "$LOG/$name.start"
     t1=$(now_ms)
-    if ! wait_grep holding 240 "$LOG/$name.server.out" "$LOG/$name.client.out"; then
-        fail "$name: the exchange did not finish"; touch "$LOG/$name.hold"; return
+    # Both hold the connection open once verified; a failed end exits at once.
+    local i
+    for ((i = 0; i < 2400; i++)); do
+        grep -q holding "$LOG/$name.server.out" && grep -q holding "$LOG/$name.client.out" && break
+        kill -0 "$PAIR_SPID" 2>/dev/null && kill -0 "$PAIR_CPID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ! { grep -q holding "$LOG/$name.server.out" && grep -q holding "$LOG/$name.client.out"; }; then
+        fail "$name: the exchange did not finish (waited $(( ($(now_ms) - t1) / 1000 )) s)"
+        touch "$LOG/$name.hold"; return
     fi
     t1=$(( $(now_ms) - t1 ))
     snapshot after

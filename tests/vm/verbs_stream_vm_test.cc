@@ -160,11 +160,14 @@ void run_transfer(const Endpoints& endpoints, const TransferPlan& plan, const ch
   const int64_t elapsed = std::max(server.elapsed_ns, client.elapsed_ns);
   std::printf(
       "[ figures  ] %s %s (%s -> %s): %llu B each way at once in %.3f s: %.1f MB/s each "
-      "way; path MTU %u, inline %u B, reads %u, send queue %u, receives %u\n",
+      "way; path MTU %u, inline %u B, reads %u, send queue %u, receives %u, rendezvous %s\n",
       endpoints.label, what, client.device, server.device,
       static_cast<unsigned long long>(plan.bytes), static_cast<double>(elapsed) / 1e9,
       megabytes_per_second(plan.bytes, elapsed), server.path_mtu, server.max_inline,
-      server.max_reads, server.send_queue_depth, server.notification_capacity);
+      server.max_reads, server.send_queue_depth, server.notification_capacity,
+      server.rendezvous_off ? "off (Soft-RoCE)" : "on");
+  EXPECT_TRUE(server.rendezvous_off && client.rendezvous_off)
+      << "streams over Soft-RoCE must not pull writes by RDMA reads";
   if (check_counters)
     expect_counters_follow_payload(endpoints, server_before, client_before, server, client);
 }

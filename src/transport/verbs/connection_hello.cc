@@ -30,11 +30,12 @@ Value load(const uint8_t* bytes, size_t at) {
 
 }  // namespace
 
-EncodedHello encode_hello(const stream::StreamEndpoint& endpoint) {
+EncodedHello encode_hello(const ConnectionHello& sent) {
+  const stream::StreamEndpoint& endpoint = sent.endpoint;
   EncodedHello hello{};
   store(hello, kMagicAt, htobe32(kHelloMagic));
   store(hello, kVersionAt, htobe16(kHelloVersion));
-  store(hello, kCapabilitiesAt, htobe16(0));
+  store(hello, kCapabilitiesAt, htobe16(sent.capabilities));
   store(hello, kRingAddressAt, htobe64(endpoint.ring_address));
   store(hello, kRingSizeAt, htobe64(endpoint.ring_size));
   store(hello, kRingKeyAt, htobe32(endpoint.ring_key));
@@ -42,12 +43,14 @@ EncodedHello encode_hello(const stream::StreamEndpoint& endpoint) {
   return hello;
 }
 
-int decode_hello(const void* data, size_t length, stream::StreamEndpoint& endpoint) {
+int decode_hello(const void* data, size_t length, ConnectionHello& hello) {
   if (data == nullptr || length < kHelloSize) return -EPROTO;
   const auto* bytes = static_cast<const uint8_t*>(data);
   if (be32toh(load<uint32_t>(bytes, kMagicAt)) != kHelloMagic ||
       be16toh(load<uint16_t>(bytes, kVersionAt)) != kHelloVersion)
     return -EPROTO;
+  stream::StreamEndpoint& endpoint = hello.endpoint;
+  hello.capabilities = be16toh(load<uint16_t>(bytes, kCapabilitiesAt));
   endpoint.ring_address = be64toh(load<uint64_t>(bytes, kRingAddressAt));
   endpoint.ring_size = be64toh(load<uint64_t>(bytes, kRingSizeAt));
   endpoint.ring_key = be32toh(load<uint32_t>(bytes, kRingKeyAt));

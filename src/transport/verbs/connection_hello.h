@@ -8,8 +8,8 @@
 //   offset  size  field
 //        0     4  magic "qpsv" (0x71707376)
 //        4     2  version (1)
-//        6     2  capabilities: none defined yet; a receiver ignores bits it
-//                 does not know, so a later version can offer more
+//        6     2  capabilities (kHelloReadsUnreliable); a receiver ignores
+//                 bits it does not know, so a later version can offer more
 //        8     8  ring address (the peer's virtual address of our ring)
 //       16     8  ring size
 //       24     4  ring key (rkey)
@@ -33,10 +33,20 @@ inline constexpr size_t kHelloSize = 32;
 inline constexpr size_t kLargestConnectPrivateData = 56;
 static_assert(kHelloSize <= kLargestConnectPrivateData);
 
+// Capability bit: the sender's device may fail the queue pair when an RDMA
+// read is retransmitted (Soft-RoCE, see VerbsTransport::reads_unreliable):
+// neither end sends rendezvous writes, which the receiver would pull by reads.
+inline constexpr uint16_t kHelloReadsUnreliable = 1u << 0;
+
 using EncodedHello = std::array<uint8_t, kHelloSize>;
 
-EncodedHello encode_hello(const stream::StreamEndpoint& endpoint);
-// 0 with `endpoint` set, or -EPROTO: too short, not ours, or another version.
-int decode_hello(const void* data, size_t length, stream::StreamEndpoint& endpoint);
+struct ConnectionHello {
+  stream::StreamEndpoint endpoint{};
+  uint16_t capabilities = 0;
+};
+
+EncodedHello encode_hello(const ConnectionHello& hello);
+// 0 with `hello` set, or -EPROTO: too short, not ours, or another version.
+int decode_hello(const void* data, size_t length, ConnectionHello& hello);
 
 }  // namespace qpsock::transport::verbs

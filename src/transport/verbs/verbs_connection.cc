@@ -13,6 +13,18 @@ constexpr uint8_t kRnrRetryCount = 0;
 
 }  // namespace
 
+stream::StreamSettings VerbsConnection::stream_settings(stream::StreamSettings settings) const {
+  const bool peer_unreliable = (peer_capabilities & kHelloReadsUnreliable) != 0;
+  if (peer_unreliable || (transport != nullptr && transport->reads_unreliable()))
+    settings.rendezvous_threshold = stream::kNoRendezvous;
+  return settings;
+}
+
+ConnectionHello local_hello(const VerbsTransport& transport) {
+  return {transport.local_endpoint(),
+          static_cast<uint16_t>(transport.reads_unreliable() ? kHelloReadsUnreliable : 0)};
+}
+
 rdma_conn_param connection_parameters(const void* hello, uint8_t hello_length,
                                       uint8_t initiator_depth, uint8_t responder_resources) {
   rdma_conn_param parameters{};

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "stream/stream.h"
+#include "transport/verbs/connection_hello.h"
 #include "transport/verbs/verbs_transport.h"
 
 namespace qpsock::transport::verbs {
@@ -16,7 +17,15 @@ namespace qpsock::transport::verbs {
 struct VerbsConnection {
   std::unique_ptr<VerbsTransport> transport;
   stream::StreamEndpoint peer_endpoint{};
+  uint16_t peer_capabilities = 0;  // the peer hello's (kHelloReadsUnreliable)
+
+  // `settings` as streams over this connection must use them: no rendezvous
+  // when either end's reads are unreliable (VerbsTransport::reads_unreliable).
+  stream::StreamSettings stream_settings(stream::StreamSettings settings) const;
 };
+
+// Our hello: the transport's endpoint and capabilities.
+ConnectionHello local_hello(const VerbsTransport& transport);
 
 // The connect/accept parameters both sides send: our hello as private data,
 // the reads we ask for and serve, no RNR retries (see verbs_transport.h).

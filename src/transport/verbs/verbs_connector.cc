@@ -86,7 +86,7 @@ int VerbsConnector::connect(const sockaddr_storage& local, const sockaddr_storag
   if (int error = VerbsTransport::create(std::move(events), std::move(id), options_, transport);
       error < 0)
     return explain_failure(level, peer, "setting up the queue pair", error);
-  const EncodedHello hello = encode_hello(transport->local_endpoint());
+  const EncodedHello hello = encode_hello(local_hello(*transport));
   rdma_conn_param parameters = connection_parameters(
       hello.data(), hello.size(), transport->reads_asked(), transport->reads_served());
   if (rdma_connect(transport->cm_id(), &parameters) != 0)
@@ -95,9 +95,9 @@ int VerbsConnector::connect(const sockaddr_storage& local, const sockaddr_storag
           expect_cm_event(transport->cm_events(), RDMA_CM_EVENT_ESTABLISHED, deadline, event);
       error < 0)
     return explain_failure(level, peer, "connecting", error, event);
-  stream::StreamEndpoint peer_endpoint{};
+  ConnectionHello peer_hello;
   if (int error = decode_hello(event->param.conn.private_data, event->param.conn.private_data_len,
-                               peer_endpoint);
+                               peer_hello);
       error < 0)
     return explain_failure(level, peer, "the peer's accept", error);
   event.reset();
@@ -105,7 +105,7 @@ int VerbsConnector::connect(const sockaddr_storage& local, const sockaddr_storag
     return explain_failure(level, peer, "the peer serves no RDMA reads", error);
   QPSOCK_LOG(debug, "verbs: connected to %s in %lld ms", describe_address(peer).c_str(),
              static_cast<long long>(milliseconds_since(started)));
-  out = {std::move(transport), peer_endpoint};
+  out = {std::move(transport), peer_hello.endpoint, peer_hello.capabilities};
   return 0;
 }
 

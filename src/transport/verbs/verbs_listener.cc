@@ -75,9 +75,9 @@ int VerbsListener::accept(Deadline deadline, VerbsConnection& out) {
     return explain_failure(level, where.c_str(), "waiting for a connect request", error);
   // Ours from here: destroying it unanswered rejects the request.
   CmId id(request->id);
-  stream::StreamEndpoint peer_endpoint{};
+  ConnectionHello peer_hello;
   const int hello_status = decode_hello(request->param.conn.private_data,
-                                        request->param.conn.private_data_len, peer_endpoint);
+                                        request->param.conn.private_data_len, peer_hello);
   const uint8_t peer_initiator_depth = request->param.conn.initiator_depth;
   const uint8_t peer_responder_resources = request->param.conn.responder_resources;
   // Acknowledged before the id moves: rdma_migrate_id waits for that.
@@ -95,7 +95,7 @@ int VerbsListener::accept(Deadline deadline, VerbsConnection& out) {
   if (int error = VerbsTransport::create(std::move(events), std::move(id), options_, transport);
       error < 0)
     return explain_failure(level, where.c_str(), "setting up the queue pair", error);
-  const EncodedHello hello = encode_hello(transport->local_endpoint());
+  const EncodedHello hello = encode_hello(local_hello(*transport));
   // The lower of what each side asks for and the other serves.
   rdma_conn_param parameters = connection_parameters(
       hello.data(), hello.size(), std::min(transport->reads_asked(), peer_responder_resources),
@@ -110,7 +110,7 @@ int VerbsListener::accept(Deadline deadline, VerbsConnection& out) {
   established.reset();
   if (int error = transport->complete_connection(); error < 0)
     return explain_failure(level, where.c_str(), "the peer serves no RDMA reads", error);
-  out = {std::move(transport), peer_endpoint};
+  out = {std::move(transport), peer_hello.endpoint, peer_hello.capabilities};
   return 0;
 }
 

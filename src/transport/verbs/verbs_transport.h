@@ -109,6 +109,12 @@ class VerbsTransport final : public stream::Transport {
   // What we announce to the peer: our ring (the Stream's local_endpoint()
   // once it took the ring over).
   const stream::StreamEndpoint& local_endpoint() const { return local_endpoint_; }
+  // Soft-RoCE (rdma_rxe; Linux 6.1 at least): a retransmitted multi-packet
+  // RDMA read can move the queue pair to the error state (the completer takes
+  // a stale read response for a protocol violation), which would reset the
+  // stream. Retransmissions are routine there, so streams on it copy large
+  // writes through the ring instead of pulling them by reads.
+  bool reads_unreliable() const { return reads_unreliable_; }
   // The path MTU in bytes, once connected.
   uint32_t path_mtu() const { return path_mtu_; }
   // The device the connection runs on ("rxe0", "mlx5_0").
@@ -170,6 +176,7 @@ class VerbsTransport final : public stream::Transport {
   uint8_t reads_asked_ = 0;
   uint8_t reads_served_ = 0;
   uint32_t path_mtu_ = 0;
+  bool reads_unreliable_ = false;
 
   bool broken_ = false;
   bool disconnected_ = false;

@@ -21,6 +21,9 @@ namespace {
 // take, 32 B iWARP ones).
 constexpr std::array<uint32_t, 4> kFallbackInlineSizes = {128, 64, 32, 0};
 
+// rdma_rxe's vendor id (RXE_VENDOR_ID): any name may be given to its devices.
+constexpr uint32_t kSoftRoceVendorId = 0xFFFFFF;
+
 int errno_or(int fallback) { return errno != 0 ? -errno : fallback; }
 
 uint32_t clamp_to(uint32_t wanted, int device_limit) {
@@ -74,6 +77,7 @@ int VerbsTransport::set_up(const VerbsOptions& requested) {
   ibv_device_attr device{};
   if (int error = ibv_query_device(context, &device); error != 0) return -error;
   const VerbsOptions options = within_device_limits(requested, device);
+  reads_unreliable_ = device.vendor_id == kSoftRoceVendorId;
   if (!options_valid(options)) return -ENOMEM;
   max_read_length_ = std::min<uint64_t>(options.max_read_length, device.max_mr_size);
   reads_asked_ = static_cast<uint8_t>(
