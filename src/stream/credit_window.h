@@ -13,6 +13,8 @@ class SendCredit {
   explicit SendCredit(uint64_t peer_ring_size) : ring_size_(peer_ring_size) {}
 
   uint64_t written() const { return written_; }
+  // Every byte written has been consumed and credited back by the peer.
+  bool all_consumed() const { return peer_consumed_ == written_; }
   uint64_t credit_limit() const { return peer_consumed_ + ring_size_; }
   // Ring bytes the sender may write now. A staged record's bytes sit at the
   // same position of the staging buffer, so the staging slot must be free as

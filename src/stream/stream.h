@@ -165,6 +165,12 @@ class Stream {
   // A post the transport refused (error < 0) ends the stream; the log says which.
   void post_failed_locked(const char* what, int error);
   void protocol_error_locked(const char* what);
+  // The link went without the peer's end of stream: did its process end
+  // (exit or kill) with nothing of ours unread? See break_connection_locked.
+  bool peer_process_ended_cleanly_locked();
+  // The reader took `ring_bytes` more of the ring: credit, and the transport's
+  // published count.
+  void note_consumed_locked(uint64_t ring_bytes, bool sender_wants_credit);
   // Wakes whoever waits for this stream's state to change.
   void notify_waiters_locked();
 

@@ -1,12 +1,16 @@
 // Stream progress: polling the transport, acting on completions and the
 // peer's notifications, and posting our own notifications when the peer has
 // slots for them. Everything here runs under the state lock.
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 
+#include "common/errno_guard.h"
 #include "common/log.h"
+#include "libc/next_symbols.h"
 #include "stream/stream.h"
 
 namespace qpsock::stream {
@@ -191,6 +195,14 @@ void Stream::flush_unnotified_locked() {
 void Stream::break_connection_locked(int pending_error, const char* why) {
   if (broken_) return;
   broken_ = true;
+  if (pending_error == ECONNRESET && !eof_received_ && !closed_ &&
+      peer_process_ended_cleanly_locked()) {
+    // Its kernel closed the socket as TCP does for a process that ends: the
+    // bytes it had written, then end of stream.
+    eof_received_ = true;
+    eof_offset_ = notified_;
+    why = "the peer's process ended without closing (end of stream after its data)";
+  }
   if (pending_error == ECONNRESET && eof_received_ && !closed_) {
     // The link went after the peer's end of stream: it closed, it did not reset.
     peer_closed_ = true;
@@ -201,6 +213,26 @@ void Stream::break_connection_locked(int pending_error, const char* why) {
   transport_->disconnect();
   notify_waiters_locked();
   QPSOCK_LOG(debug, "stream broken: %s (error %d)", why, pending_error);
+}
+
+bool Stream::peer_process_ended_cleanly_locked() {
+  // Anything of ours the peer may not have read, or a write of its own it
+  // had not finished (a rendezvous we never pulled), and TCP would reset.
+  // After our own shutdown(SHUT_RD) the TCP socket reads end of file whatever
+  // the peer did.
+  if (!connected_ || control_fd_ < 0 || read_shutdown_ || unsent_payload_ != 0 ||
+      rendezvous_out_.bytes_in_flight() != 0 || rendezvous_in_.front() != nullptr)
+    return false;
+  // Credit comes back in batches; a transport may know the exact count.
+  const std::optional<uint64_t> consumed = transport_->peer_consumed();
+  if (!send_credit_->all_consumed() && consumed != send_credit_->written()) return false;
+  // The control channel is the TCP connection: end of file there (not a
+  // reset, not bytes) is the peer's kernel closing it in order, which it
+  // does when the process ends. Its FIN is sent while the process's files
+  // close, before its death can wake us.
+  ErrnoGuard errno_guard;
+  char byte;
+  return next::recv(control_fd_, &byte, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
 }
 
 void Stream::post_failed_locked(const char* what, int error) {

@@ -124,7 +124,7 @@ size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
   head_taken_ = taken;
   readable_bytes_ -= std::min(payload_copied, readable_bytes_);
   if (ring_consumed > 0) {
-    receive_credit_.on_consumed(ring_consumed, (flags & kRecordCreditWanted) != 0);
+    note_consumed_locked(ring_consumed, (flags & kRecordCreditWanted) != 0);
     flush_notifications_locked();
   }
   // The stream is broken now; receive() reports it once nothing more is here.
@@ -135,7 +135,12 @@ size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
 void Stream::consume_record_locked(const RecordView& record) {
   read_offset_ = record.end();
   head_taken_ = 0;
-  receive_credit_.on_consumed(record.ring_bytes(), (record.header.flags & kRecordCreditWanted) != 0);
+  note_consumed_locked(record.ring_bytes(), (record.header.flags & kRecordCreditWanted) != 0);
+}
+
+void Stream::note_consumed_locked(uint64_t ring_bytes, bool sender_wants_credit) {
+  receive_credit_.on_consumed(ring_bytes, sender_wants_credit);
+  transport_->publish_consumed(receive_credit_.consumed());
 }
 
 size_t Stream::take_from_bounce_locked(IncomingRendezvous& rendezvous, IovecCursor& destination) {

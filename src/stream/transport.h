@@ -161,6 +161,14 @@ class Transport {
   // keeps reads short: an RC read is retried when its whole response
   // outlasts the queue pair's ACK timeout.)
   virtual uint64_t max_read_length() const { return uint64_t{1} << 30; }
+
+  // The ring bytes our reader has consumed, published where the peer can
+  // read them even once we are gone (shared memory), so that it can tell, if
+  // our process ends without closing, whether we left bytes of its unread
+  // (TCP's FIN or RST). Transports with no such place ignore it.
+  virtual void publish_consumed(uint64_t /*ring_bytes*/) {}
+  // The peer's published count, if the transport has one.
+  virtual std::optional<uint64_t> peer_consumed() const { return std::nullopt; }
 };
 
 }  // namespace qpsock::stream

@@ -1243,6 +1243,27 @@ static void peer_kill_peer(int fd) {
   say("write failed: %s", errno_name(errno));
 }
 
+/* A peer that ends (without close) with our bytes unread: its kernel resets
+ * the connection, so the next read gets ECONNRESET, and then end of stream. */
+static void peer_exit_unread_subject(int fd) {
+  unsigned char* data = pattern(1000, 31);
+  say("write_1000=%s", result(write_fully(fd, data, 1000)));
+  free(data);
+  tell();
+  while (waitpid(peer_pid, &peer_status, 0) < 0 && errno == EINTR) {
+  }
+  peer_reaped = 1;
+  char buffer[10];
+  say("read=%s", result(read(fd, buffer, sizeof(buffer))));
+  say("read_again=%s", result(read(fd, buffer, sizeof(buffer))));
+}
+
+static void peer_exit_unread_peer(int fd) {
+  await_turn();
+  say("fionread=%d", wait_readable(fd, 1000));
+  _exit(0);
+}
+
 /* poll after the peer's shutdown(SHUT_WR), then after both. */
 static void poll_shutdown_subject(int fd) {
   await_turn();
@@ -1508,6 +1529,7 @@ static const struct semantics_case kCases[] = {
     {"peer_exit", peer_exit_subject, peer_exit_peer},
     {"peer_exit_normal", peer_exit_subject, peer_exit_normal_peer},
     {"peer_kill", peer_kill_subject, peer_kill_peer},
+    {"peer_exit_unread", peer_exit_unread_subject, peer_exit_unread_peer},
     {"poll_shutdown", poll_shutdown_subject, poll_shutdown_peer},
     {"poll_close", poll_close_subject, close_and_wait_peer},
     {"rcvtimeo", rcvtimeo_subject, rcvtimeo_peer},

@@ -18,7 +18,7 @@
 namespace qpsock::transport::shm {
 
 inline constexpr uint64_t kArenaMagic = 0x3172616d'68737071;  // "qpshmar1"
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr uint32_t kRegistrationSlots = 256;  // published remote registrations at once
 inline constexpr uint32_t kLargestNotificationCapacity = 1u << 20;
 inline constexpr uint64_t kLargestRingCapacity = uint64_t{1} << 30;  // the engine's largest ring
@@ -57,6 +57,9 @@ struct ControlBlock {
   alignas(64) std::atomic<uint64_t> inbox_head;
   // Set when the owner disconnected: the peer fails every later post.
   alignas(64) std::atomic<uint32_t> closed;
+  // Ring bytes the owner's reader has consumed (Transport::publish_consumed):
+  // still readable by the peer after the owner's death.
+  alignas(64) std::atomic<uint64_t> ring_consumed;
 };
 
 // MemoryAccess values as stored in a RegistrationEntry.

@@ -247,6 +247,15 @@ void ShmTransport::disconnect() {
   break_link();
 }
 
+void ShmTransport::publish_consumed(uint64_t ring_bytes) {
+  if (local_ != nullptr) local_->control().ring_consumed.store(ring_bytes, std::memory_order_release);
+}
+
+std::optional<uint64_t> ShmTransport::peer_consumed() const {
+  if (peer_arena_ != nullptr) return peer_arena_->control().ring_consumed.load(std::memory_order_acquire);
+  return peer_consumed_at_break_;
+}
+
 size_t ShmTransport::max_inline() const { return std::numeric_limits<size_t>::max(); }
 
 void ShmTransport::break_link() {
@@ -254,8 +263,12 @@ void ShmTransport::break_link() {
   broken_ = true;
   publisher_->revoke_all();
   local_->control().closed.store(1);  // seq_cst: published before the wakeup (wakeup.h)
-  // Tell the peer, then let go of its memory.
-  if (peer_arena_ != nullptr) wake_if_armed(peer_arena_->inbox().waiter, peer_event_fd_.get());
+  // Tell the peer, then let go of its memory (what its reader had consumed
+  // stays known: the stream may ask after the break).
+  if (peer_arena_ != nullptr) {
+    peer_consumed_at_break_ = peer_arena_->control().ring_consumed.load(std::memory_order_acquire);
+    wake_if_armed(peer_arena_->inbox().waiter, peer_event_fd_.get());
+  }
   peer_arena_.reset();
   peer_event_fd_.reset();
   // The death (if that is what this was) is known now: a dead peer's pidfd

@@ -144,6 +144,8 @@ class ShmTransport final : public stream::Transport {
   uint32_t send_queue_depth() const override { return options_.send_queue_depth; }
   uint32_t notification_capacity() const override { return options_.notification_capacity; }
   uint32_t max_slices() const override { return options_.max_slices; }
+  void publish_consumed(uint64_t ring_bytes) override;
+  std::optional<uint64_t> peer_consumed() const override;
 
   pid_t peer_pid() const { return peer_.pid(); }
   // Whether the link is broken (a disconnect, a violation, the peer's end).
@@ -185,6 +187,7 @@ class ShmTransport final : public stream::Transport {
   std::shared_ptr<LocalArena> local_;
   std::shared_ptr<RegistrationPublisher> publisher_;
   std::unique_ptr<PeerArena> peer_arena_;  // unmapped when the link breaks
+  std::optional<uint64_t> peer_consumed_at_break_;  // its published count, read before unmapping
   UniqueFd peer_event_fd_;
   ImmediateSender outbox_;
   ImmediateReceiver inbox_;
