@@ -108,6 +108,19 @@ size_t Stream::unsent_bytes() {
   return unsent_payload_ + unnotified_payload_ + rendezvous_out_.bytes_in_flight();
 }
 
+bool Stream::holds_corked_bytes() {
+  std::lock_guard state(state_mutex_);
+  return unnotified_ring_bytes_ != 0 && !broken_;
+}
+
+bool Stream::announce_corked_bytes() {
+  std::lock_guard state(state_mutex_);
+  if (!connected_) return false;
+  progress_locked();
+  flush_unnotified_locked();
+  return unnotified_ring_bytes_ != 0 && !broken_;
+}
+
 bool Stream::arm_for_readiness() {
   std::lock_guard state(state_mutex_);
   if (!connected_ || broken_) return true;

@@ -100,6 +100,11 @@ class Stream {
   // as TCP does. At least 1.
   void set_receive_low_water(size_t bytes);
   size_t unsent_bytes();    // SIOCOUTQ
+  // Bytes sent with MSG_MORE that the peer has not been told of yet.
+  bool holds_corked_bytes();
+  // Tells the peer of them now (TCP's cork limit passed); true if some are
+  // still held (no notification slot free: try again later).
+  bool announce_corked_bytes();
   // poll(2) events as tcp_poll reports them: POLLIN|POLLRDNORM, POLLOUT|
   // POLLWRNORM, POLLRDHUP, POLLHUP, POLLERR. Progress::none looks at the
   // state as it is: a waiter that has armed must not poll the transport

@@ -1,7 +1,14 @@
 #include "upgrade/agent_thread.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+
+#include <cerrno>
+#include <cstdint>
+
+#include "libc/next_symbols.h"
 
 namespace qpsock::upgrade {
 
@@ -25,6 +32,29 @@ int start_agent_thread(const char* name, void (*run)()) {
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (created == 0) pthread_setname_np(thread, name);
   return created;
+}
+
+int HelperWakeup::open() {
+  fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  return fd_ >= 0 ? 0 : -errno;
+}
+
+void HelperWakeup::close() {
+  if (fd_ >= 0) next::close(fd_);
+  fd_ = -1;
+}
+
+void HelperWakeup::signal() const {
+  const uint64_t one = 1;
+  // Cannot fail short of a full counter, which the sleeper empties constantly.
+  (void)!next::write(fd_, &one, sizeof(one));
+}
+
+void HelperWakeup::sleep(int timeout_ms) const {
+  pollfd readable{fd_, POLLIN, 0};
+  next::poll(&readable, 1, timeout_ms);
+  uint64_t count;
+  (void)!next::read(fd_, &count, sizeof(count));
 }
 
 }  // namespace qpsock::upgrade

@@ -1,12 +1,53 @@
 // The helper threads of the upgrade (the agent that answers for clients, the
-// worker that tries for servers) start the same way: detached, named, and
-// with every signal blocked, so that they never take the application's.
+// worker that tries for servers, the cork flusher) start the same way:
+// detached, named, and with every signal blocked, so that they never take the
+// application's. Each is one process-wide object that fork must leave
+// consistent in the child, which has no such thread.
 #pragma once
+
+#include <pthread.h>
+
+#include <new>
 
 namespace qpsock::upgrade {
 
 // Starts `run` on a new detached thread called `name` (at most 15
 // characters): 0, or the pthread_create error (positive, as pthreads gives it).
 int start_agent_thread(const char* name, void (*run)());
+
+// The one `Helper` of the process, made on first use and never destroyed (it
+// may be needed while the process exits). Its lock() is held across fork, and
+// the child calls forget_after_fork() (its thread did not come along).
+template <typename Helper>
+Helper& fork_aware_instance() {
+  alignas(Helper) static unsigned char storage[sizeof(Helper)];
+  static Helper* instance = [] {
+    auto* created = ::new (storage) Helper;
+    pthread_atfork([] { fork_aware_instance<Helper>().lock(); },
+                   [] { fork_aware_instance<Helper>().unlock(); },
+                   [] {
+                     fork_aware_instance<Helper>().unlock();
+                     fork_aware_instance<Helper>().forget_after_fork();
+                   });
+    return created;
+  }();
+  return *instance;
+}
+
+// How a helper thread sleeps until there is work: an eventfd (unlike a
+// condition variable, it survives fork).
+class HelperWakeup {
+ public:
+  // 0, or -errno.
+  int open();
+  void close();
+  // Wakes the sleeper (or its next sleep).
+  void signal() const;
+  // Sleeps until signalled or `timeout_ms` passed (-1: no limit).
+  void sleep(int timeout_ms) const;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace qpsock::upgrade

@@ -100,6 +100,8 @@ class Connection {
   // The last fd of this process on the socket is closing: flush and end the
   // stream; true when the application left data unread (close resets then).
   bool close_stream();
+  // The cork flusher's call (cork_flusher.h): announce what MSG_MORE corked.
+  void flush_cork(int fd);
 
   // How many of this process's fds refer to the connection (dup shares it);
   // kept by the registry.
@@ -109,7 +111,7 @@ class Connection {
 
  private:
   ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
-  ssize_t send_over_stream(std::span<const iovec> data, int flags, stream::Blocking blocking);
+  ssize_t send_over_stream(int fd, std::span<const iovec> data, int flags, stream::Blocking blocking);
   void try_switch_sending(int fd);
   ssize_t receive_discarding(int fd, size_t length, int flags);
   ssize_t receive_once(int fd, std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
@@ -159,6 +161,7 @@ class Connection {
   std::atomic<uint32_t> send_gate_{0};
   std::atomic<bool> send_switch_allowed_{false};
   std::atomic<bool> send_switched_{false};
+  std::atomic<bool> cork_flush_scheduled_{false};
   std::atomic<uint64_t> tcp_sent_{0};
 
   // Receiving.

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "upgrade/connection.h"
+#include "upgrade/cork_flusher.h"
 #include "upgrade/socket_blocking.h"
 
 namespace qpsock::upgrade {
@@ -78,7 +79,7 @@ ssize_t Connection::send(int fd, std::span<const iovec> data, int flags) {
       look_for_peer_hello();
     if (send_switch_allowed_.load(std::memory_order_acquire)) try_switch_sending(fd);
   }
-  if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags, CallDirection::send));
+  if (sending_switched()) return send_over_stream(fd, data, flags, call_blocking(fd, flags, CallDirection::send));
   return send_over_tcp(fd, data, flags);
 }
 
@@ -89,7 +90,7 @@ ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags
       // A switch is under way (it takes microseconds): its result decides.
       while (!sending_switched() && (send_gate_.load() & kGateClosed) != 0)
         std::this_thread::yield();
-      if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags, CallDirection::send));
+      if (sending_switched()) return send_over_stream(fd, data, flags, call_blocking(fd, flags, CallDirection::send));
       gate = send_gate_.load(std::memory_order_acquire);
       continue;
     }
@@ -152,16 +153,28 @@ void Connection::try_switch_sending(int fd) {
              static_cast<unsigned long long>(header.tcp_bytes));
 }
 
-ssize_t Connection::send_over_stream(std::span<const iovec> data, int flags,
+ssize_t Connection::send_over_stream(int fd, std::span<const iovec> data, int flags,
                                      stream::Blocking blocking) {
   const ssize_t sent = stream()->send(data, flags & ~MSG_NOSIGNAL, blocking);
   if (sent >= 0) {
     count_sent(sent, offloaded_path_);
+    if ((flags & MSG_MORE) != 0 && sent > 0 && stream()->holds_corked_bytes() &&
+        !cork_flush_scheduled_.exchange(true, std::memory_order_acq_rel))
+      flush_cork_later(fd, this);
     return sent;
   }
   if (sent == -EPIPE && (flags & MSG_NOSIGNAL) == 0) raise_sigpipe();
   errno = static_cast<int>(-sent);
   return -1;
+}
+
+void Connection::flush_cork(int fd) {
+  // Cleared first: a MSG_MORE send from now on schedules its own flush.
+  cork_flush_scheduled_.store(false, std::memory_order_release);
+  stream::Stream* current = stream();
+  if (current != nullptr && current->announce_corked_bytes() &&
+      !cork_flush_scheduled_.exchange(true, std::memory_order_acq_rel))
+    flush_cork_later(fd, this);
 }
 
 }  // namespace qpsock::upgrade

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <mutex>
-#include <new>
 #include <vector>
 
 #include "common/log.h"
@@ -54,19 +53,7 @@ class UpgradeAgent {
   bool running_ = false;
 };
 
-UpgradeAgent& agent() {
-  alignas(UpgradeAgent) static unsigned char storage[sizeof(UpgradeAgent)];
-  static UpgradeAgent* instance = [] {
-    auto* created = ::new (storage) UpgradeAgent;
-    pthread_atfork([] { agent().lock(); }, [] { agent().unlock(); },
-                   [] {
-                     agent().unlock();
-                     agent().forget_after_fork();
-                   });
-    return created;
-  }();
-  return *instance;
-}
+UpgradeAgent& agent() { return fork_aware_instance<UpgradeAgent>(); }
 
 // Closing a listener also takes it out of the agent's epoll set.
 void close_listeners(ClientListeners& listeners) {

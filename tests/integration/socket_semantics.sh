@@ -50,7 +50,6 @@ declare -A KNOWN=(
   [write_interrupted]="a blocking rendezvous write waits for the peer's pull; a signal does not cut it short"
   [crossed_writes]="a rendezvous write waits for the peer's pull, beyond what SO_SNDBUF lets TCP buffer"
   [sndtimeo]="a blocking rendezvous write waits for the peer's pull or its answer to a cancel, beyond SO_SNDTIMEO"
-  [msg_more_alone]="MSG_MORE data waits for the next call; TCP sends it within 200 ms"
   [oob]="MSG_OOB is refused (EOPNOTSUPP) on an upgraded socket"
 )
 known_seen=0
