@@ -55,6 +55,9 @@ snapshot() {  # name: sets ${name}_rxe0_sent ... as globals
     for d in rxe0 rxe1; do
         printf -v "${n}_${d}_sent" %s "$(counter /sys/class/infiniband/$d/ports/1/hw_counters/sent_pkts)"
         printf -v "${n}_${d}_rcvd" %s "$(counter /sys/class/infiniband/$d/ports/1/hw_counters/rcvd_pkts)"
+        # Receiver-not-ready NAKs sent and received: the credits must make them impossible.
+        printf -v "${n}_${d}_rnr" %s "$(( $(counter /sys/class/infiniband/$d/ports/1/hw_counters/send_rnr_err) + \
+            $(counter /sys/class/infiniband/$d/ports/1/hw_counters/rcvd_rnr_err) ))"
     done
     for d in lo v0 v1; do printf -v "${n}_${d}_tx" %s "$(counter /sys/class/net/$d/statistics/tx_bytes)"; done
     printf -v "${n}_ip_out" %s "$(ip_out_octets)"
@@ -233,6 +236,13 @@ check_counters() {
         pass "$name: rxe packet counters grew in line with the payload (>= $least each way; $(( payload / (s0 + s1) )) payload bytes per sent packet)"
     else
         fail "$name: rxe packet counters too small for $payload bytes (need >= $least each)"
+    fi
+    local rnr0 rnr1
+    rnr0=$(delta before after rxe0_rnr) rnr1=$(delta before after rxe1_rnr)
+    if ((rnr0 == 0 && rnr1 == 0)); then
+        pass "$name: no receiver-not-ready NAK on either device (send_rnr_err, rcvd_rnr_err)"
+    else
+        fail "$name: receiver-not-ready NAKs: rxe0 $rnr0, rxe1 $rnr1 (an immediate met no posted receive)"
     fi
     if ((v0 + v1 >= payload)); then
         pass "$name: the veth carried $(( v0 + v1 )) bytes (>= the payload): the data crossed rxe1 <-> rxe0"
