@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include <mutex>
 #include <new>
 
 namespace qpsock::upgrade {
@@ -15,7 +16,17 @@ namespace qpsock::upgrade {
 // characters): 0, or the pthread_create error (positive, as pthreads gives it).
 int start_agent_thread(const char* name, void (*run)());
 
-// The one `Helper` of the process, made on first use and never destroyed (it
+// A helper's lock over its state, which fork_aware_instance holds across fork.
+class HelperLock {
+ public:
+  void lock() { mutex_.lock(); }
+  void unlock() { mutex_.unlock(); }
+
+ protected:
+  std::mutex mutex_;
+};
+
+// The one `Helper` (a HelperLock) of the process, made on first use and never destroyed (it
 // may be needed while the process exits). Its lock() is held across fork, and
 // the child calls forget_after_fork() (its thread did not come along).
 template <typename Helper>

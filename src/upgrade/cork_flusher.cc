@@ -22,20 +22,17 @@ struct CorkedStream {
   const Connection* connection;
 };
 
-class CorkFlusher {
+class CorkFlusher : public HelperLock {
  public:
   void schedule(int fd, const Connection* connection);
   void run();
   void forget_after_fork();
-  void lock() { mutex_.lock(); }
-  void unlock() { mutex_.unlock(); }
 
  private:
   bool start_locked();
   // Announces what is due; the time until the next one, or -1.
   int flush_due();
 
-  std::mutex mutex_;
   std::deque<CorkedStream> corked_;  // in `due` order: every entry waits kCorkLimit
   HelperWakeup wakeup_;
   bool running_ = false;

@@ -30,13 +30,11 @@ struct Offer {
 // epoll data: the offer's id, and which of its listeners spoke.
 constexpr uint64_t kRdmaListener = uint64_t{1} << 63;
 
-class UpgradeAgent {
+class UpgradeAgent : public HelperLock {
  public:
   void offer(Offer offer);
   // fork: the child has no agent thread; its copies of the listeners go.
   void forget_after_fork();
-  void lock() { mutex_.lock(); }
-  void unlock() { mutex_.unlock(); }
   void run();
 
  private:
@@ -46,7 +44,6 @@ class UpgradeAgent {
   void answer_rdma(Offer offer);
   void expire_locked(std::vector<Offer>& expired);
 
-  std::mutex mutex_;
   std::vector<Offer> offers_;
   uint64_t next_id_ = 1;
   int epoll_fd_ = -1;

@@ -14,19 +14,16 @@
 namespace qpsock::upgrade {
 namespace {
 
-class UpgradeWorker {
+class UpgradeWorker : public HelperLock {
  public:
   bool queue(std::function<void()> job);
   void run();
   // fork: the child has no worker thread; the jobs queued for it go.
   void forget_after_fork();
-  void lock() { mutex_.lock(); }
-  void unlock() { mutex_.unlock(); }
 
  private:
   bool start_locked();
 
-  std::mutex mutex_;
   std::deque<std::function<void()>> jobs_;
   HelperWakeup wakeup_;
   bool running_ = false;
