@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "sockets/connection_accounting.h"
@@ -205,14 +204,8 @@ int setsockopt(int fd, int level, int name, const void* value, socklen_t length)
     if (name == SO_RCVBUF || name == SO_RCVBUFFORCE) table().set_receive_buffer(fd, requested);
     if (name == SO_SNDBUF || name == SO_SNDBUFFORCE) table().set_send_buffer(fd, requested);
     if (name == SO_RCVLOWAT) {
-      // Read back: the kernel clamps it. The stream installed later copies it.
-      int low_water = 1;
-      socklen_t low_water_length = sizeof(low_water);
-      auto connection = upgrade::find_connection(fd);
-      stream::Stream* stream = connection != nullptr ? connection->stream() : nullptr;
-      if (stream != nullptr &&
-          next::getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &low_water, &low_water_length) == 0)
-        stream->set_receive_low_water(static_cast<size_t>(std::max(low_water, 1)));
+      // A stream installed later copies it at install.
+      if (auto connection = upgrade::find_connection(fd)) connection->receive_low_water_changed(fd);
     }
   }
   return result;

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/log.h"
@@ -86,14 +87,23 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
     return stream::ControlVerdict::connection_lost;
   });
   // SO_RCVLOWAT set before the upgrade; later changes come through setsockopt.
-  int low_water = 1;
-  socklen_t length = sizeof(low_water);
-  if (next::getsockopt(tcp_fd, SOL_SOCKET, SO_RCVLOWAT, &low_water, &length) == 0 && low_water > 1)
-    raw->set_receive_low_water(static_cast<size_t>(low_water));
+  copy_receive_low_water(tcp_fd, *raw);
   stream_installed_.store(raw, std::memory_order_release);
   phase_.store(UpgradePhase::established, std::memory_order_release);
   installed_streams.fetch_add(1, std::memory_order_acq_rel);
   report_path();
+}
+
+void Connection::receive_low_water_changed(int tcp_fd) {
+  if (stream::Stream* current = stream()) copy_receive_low_water(tcp_fd, *current);
+}
+
+void Connection::copy_receive_low_water(int tcp_fd, stream::Stream& stream) {
+  // Read back from the kernel, which clamps what was set.
+  int low_water = 1;
+  socklen_t length = sizeof(low_water);
+  if (next::getsockopt(tcp_fd, SOL_SOCKET, SO_RCVLOWAT, &low_water, &length) == 0)
+    stream.set_receive_low_water(static_cast<size_t>(std::max(low_water, 1)));
 }
 
 int Connection::install_announced(std::unique_ptr<stream::Stream> stream, int tcp_fd,

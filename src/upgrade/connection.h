@@ -102,6 +102,8 @@ class Connection {
   bool close_stream();
   // The cork flusher's call (cork_flusher.h): announce what MSG_MORE corked.
   void flush_cork(int fd);
+  // setsockopt(SO_RCVLOWAT) on the socket: the stream, if installed, takes it.
+  void receive_low_water_changed(int tcp_fd);
 
   // How many of this process's fds refer to the connection (dup shares it);
   // kept by the registry.
@@ -111,6 +113,8 @@ class Connection {
 
  private:
   ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
+  // The kernel's SO_RCVLOWAT for the socket, given to the stream.
+  static void copy_receive_low_water(int tcp_fd, stream::Stream& stream);
   ssize_t send_over_stream(int fd, std::span<const iovec> data, int flags, stream::Blocking blocking);
   void try_switch_sending(int fd);
   ssize_t receive_discarding(int fd, size_t length, int flags);
