@@ -69,9 +69,14 @@ same_report_as_plain() {
     diff "$WORK/plain.report" "$WORK/$1.report" >&2 || true
   fi
 }
-# upgrading_pids LOG: the pids on LOG's "upgraded to shared memory" lines, sorted.
+# pids_on LOG REGEX: the pid each of LOG's lines matching REGEX (a sed
+# pattern whose one group is the pid) names, one a line, sorted.
+pids_on() {
+  sed -n "s/$2/\\1/p" "$1" | sort -n
+}
+# upgrading_pids LOG: the pids on LOG's "upgraded to shared memory" lines.
 upgrading_pids() {
-  sed -n 's/^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: upgraded to shared memory$/\1/p' "$1" | sort -n
+  pids_on "$1" '^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: upgraded to shared memory$'
 }
 
 run_pair plain plain
@@ -80,8 +85,8 @@ same_report_as_plain qpsock
 
 log=$WORK/qpsock.server.log
 upgraded=$(upgrading_pids "$log")
-children=$(sed -n 's/^fork_echo_server\[[0-9]*\]: connection [0-9]* served by child \([0-9]*\)$/\1/p' "$log" | sort -n)
-accepted_by=$(sed -n 's/^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: server .* <- .*/\1/p' "$log" | sort -u)
+children=$(pids_on "$log" '^fork_echo_server\[[0-9]*\]: connection [0-9]* served by child \([0-9]*\)$')
+accepted_by=$(pids_on "$log" '^qpsock\[\([0-9]*\)\]: info: fd [0-9]*: server .* <- .*' | uniq)
 echo "server parent pid ${PARENT:-unknown} (accepts logged by ${accepted_by//$'\n'/ });" \
   "children: ${children//$'\n'/ }; upgraded in: ${upgraded//$'\n'/ }" >&2
 
@@ -120,8 +125,8 @@ run_pair prefork qpsock -p "$CONNECTIONS"
 same_report_as_plain prefork
 log=$WORK/prefork.server.log
 upgraded=$(upgrading_pids "$log")
-workers=$(sed -n 's/^fork_echo_server\[\([0-9]*\)\]: prefork worker ready$/\1/p' "$log" | sort -n)
-took=$(sed -n 's/^fork_echo_server\[\([0-9]*\)\]: worker took a connection$/\1/p' "$log" | sort -n)
+workers=$(pids_on "$log" '^fork_echo_server\[\([0-9]*\)\]: prefork worker ready$')
+took=$(pids_on "$log" '^fork_echo_server\[\([0-9]*\)\]: worker took a connection$')
 echo "prefork parent pid ${PARENT:-unknown}; workers: ${workers//$'\n'/ };" \
   "connections taken by: ${took//$'\n'/ }; upgraded in: ${upgraded//$'\n'/ }" >&2
 if [[ -n $upgraded && $upgraded == "$took" ]] && (($(wc -l <<<"$upgraded") == CONNECTIONS)); then
