@@ -63,6 +63,11 @@ std::string assign_rendezvous_threshold(std::string_view text, Tunables& tunable
                      [&](uint64_t bytes) { tunables.rendezvous_threshold = bytes; });
 }
 
+std::string assign_rendezvous_patience(std::string_view text, Tunables& tunables) {
+  return assign_duration(text, microseconds{0}, limits::kLongestRendezvousPatience,
+                         [&](microseconds duration) { tunables.rendezvous_patience = duration; });
+}
+
 std::string assign_ring_size(std::string_view text, Tunables& tunables) {
   auto bytes = parse_size(text);
   if (!bytes.ok()) return bytes.error;
@@ -110,6 +115,8 @@ constexpr std::array<TunableDescription, kTunableCount> kTunables = {{
      }},
     {"rendezvous_threshold", "QPSOCK_RENDEZVOUS_THRESHOLD", assign_rendezvous_threshold,
      [](const Tunables& tunables) { return format_size(tunables.rendezvous_threshold); }},
+    {"rendezvous_patience", "QPSOCK_RENDEZVOUS_PATIENCE", assign_rendezvous_patience,
+     [](const Tunables& tunables) { return format_duration(tunables.rendezvous_patience); }},
     {"ring_size", "QPSOCK_RING_SIZE", assign_ring_size,
      [](const Tunables& tunables) { return format_size(tunables.ring_size); }},
     {"eager_chunk", "QPSOCK_EAGER_CHUNK", assign_eager_chunk,

@@ -24,6 +24,7 @@ inline constexpr uint64_t kSmallestEagerChunk = uint64_t{1} << 10;
 // The real ceiling is half of ring_size, checked once every source is applied.
 inline constexpr uint64_t kLargestEagerChunk = kLargestRingSize / 2;
 inline constexpr std::chrono::microseconds kLargestSpinTime = std::chrono::seconds{1};
+inline constexpr std::chrono::microseconds kLongestRendezvousPatience = std::chrono::seconds{10};
 inline constexpr std::chrono::microseconds kShortestUpgradeTimeout = std::chrono::milliseconds{10};
 inline constexpr std::chrono::microseconds kLongestUpgradeTimeout = std::chrono::seconds{60};
 }  // namespace limits
@@ -34,6 +35,9 @@ struct Tunables {
   std::optional<uint32_t> inline_size;
   // Writes of at least this many bytes go by zero-copy rendezvous.
   uint64_t rendezvous_threshold = uint64_t{64} << 10;
+  // How long a rendezvous waits for the peer to begin taking it before the
+  // writer copies the bytes instead (the peer is not reading).
+  std::chrono::microseconds rendezvous_patience = std::chrono::milliseconds{10};
   // Per-direction eager receive ring; a power of two.
   uint64_t ring_size = uint64_t{1} << 20;
   // Largest eager message; at most ring_size / 2.

@@ -21,6 +21,10 @@ struct StreamSettings {
   // rendezvous (zero-copy); smaller ones, and non-blocking sends, are copied.
   // kNoRendezvous: every write is copied.
   uint64_t rendezvous_threshold = uint64_t{64} << 10;
+  // How long a rendezvous waits for the peer to take it before the sender
+  // withdraws it (if the peer took nothing) and copies the bytes instead, as
+  // TCP would have buffered them for a peer that is not reading.
+  std::chrono::microseconds rendezvous_patience{10000};
   // How long a blocking wait busy-polls before it sleeps in poll(2).
   std::chrono::microseconds spin_time{20};
   // A read of at least this many bytes of a rendezvous lands straight in the

@@ -20,6 +20,7 @@ stream::StreamSettings stream_settings_for_socket(int tcp_fd) {
   settings.send_window = requested.send;
   settings.eager_chunk = tunables.eager_chunk;
   settings.rendezvous_threshold = tunables.rendezvous_threshold;
+  settings.rendezvous_patience = tunables.rendezvous_patience;
   settings.spin_time = tunables.spin_time;
   return settings;
 }

@@ -99,6 +99,9 @@ inline StreamSettings small_settings() {
   settings.spin_time = std::chrono::microseconds{5};
   settings.direct_pull_minimum = 4 << 10;
   settings.bounce_size = 16 << 10;
+  // A reader in a test may be slow to come (sanitizers, a loaded machine):
+  // tests of the patience set their own.
+  settings.rendezvous_patience = std::chrono::seconds{30};
   return settings;
 }
 

@@ -32,6 +32,7 @@ TEST(ConfigTunables, Defaults) {
   EXPECT_EQ(defaults.ring_size, 1024u * 1024);
   EXPECT_EQ(defaults.eager_chunk, 64u * 1024);
   EXPECT_EQ(defaults.spin_time, microseconds{20});
+  EXPECT_EQ(defaults.rendezvous_patience, milliseconds{10});
   EXPECT_EQ(defaults.upgrade_timeout, milliseconds{2000});
   EXPECT_EQ(defaults.same_host, SameHost::shm);
   EXPECT_EQ(tunables_of(""), defaults);
@@ -50,7 +51,8 @@ TEST(ConfigTunables, CatalogueNamesEveryTunableAndItsVariable) {
     EXPECT_EQ(find_tunable(tunable.name), &tunable);
     EXPECT_EQ(&all_tunables()[tunable_index(tunable)], &tunable);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"inline_size", "rendezvous_threshold", "ring_size",
+  EXPECT_EQ(names, (std::vector<std::string>{"inline_size", "rendezvous_threshold",
+                                             "rendezvous_patience", "ring_size",
                                              "eager_chunk", "spin_time", "upgrade_timeout",
                                              "same_host"}));
 }
@@ -133,6 +135,10 @@ TEST(ConfigTunables, SpinTime) {
   EXPECT_EQ(tunables_of("spin_time = 0").spin_time, microseconds{0});
   EXPECT_EQ(tunables_of("spin_time = 0ms").spin_time, microseconds{0});
   EXPECT_EQ(tunables_of("spin_time = 150us").spin_time, microseconds{150});
+  EXPECT_EQ(tunables_of("rendezvous_patience = 0").rendezvous_patience, microseconds{0});
+  EXPECT_EQ(tunables_of("rendezvous_patience = 50ms").rendezvous_patience, milliseconds{50});
+  EXPECT_EQ(only_diagnostic("rendezvous_patience = 11s"),
+            "t.conf:1: rendezvous_patience: '11s' is above the maximum 10s; default 10ms kept");
   EXPECT_EQ(tunables_of("spin_time = 3ms").spin_time, microseconds{3000});
   EXPECT_EQ(tunables_of("spin_time = 1s").spin_time, seconds{1});
   EXPECT_EQ(only_diagnostic("spin_time = 20"),
