@@ -94,6 +94,16 @@ void Stream::set_control_channel(int fd, ControlEventHandler handler) {
   watching_control_ = fd >= 0 && control_handler_ != nullptr;
 }
 
+void Stream::control_channel_switched() {
+  std::lock_guard state(state_mutex_);
+  control_switched_ = true;
+}
+
+void Stream::answer_peer() {
+  std::lock_guard state(state_mutex_);
+  if (connected_) progress_locked();
+}
+
 size_t Stream::readable_bytes() {
   std::lock_guard state(state_mutex_);
   if (!connected_) return 0;

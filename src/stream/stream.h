@@ -87,6 +87,12 @@ class Stream {
   int connect(const StreamEndpoint& peer);
   // The TCP control socket, watched by every blocking wait. Set before use.
   void set_control_channel(int fd, ControlEventHandler handler);
+  // The control socket carries no more application bytes (our receiving
+  // direction switched): what arrives there now is doorbells, FIN or RST.
+  void control_channel_switched();
+  // The peer rang the doorbell (stream/control_doorbell.h): take in what it
+  // sent and answer it, though no application thread calls in.
+  void answer_peer();
 
   // send(2)/sendmsg(2): MSG_DONTWAIT, MSG_MORE (defers the peer's notification
   // until the next call on this stream), MSG_NOSIGNAL is the socket layer's.
@@ -201,11 +207,18 @@ class Stream {
   // Posts the descriptor of a rendezvous, in ring order; its id or -errno.
   int64_t post_rendezvous_descriptor(StateLock& state, ByteRange piece,
                                      const RegistrationLease& lease);
-  // Sends `piece` by rendezvous and waits for the peer to pull it: its length,
-  // or -errno (-EINTR when interrupted and the peer declined).
+  // Sends `piece` by rendezvous and waits for the peer to pull it: its length;
+  // 0 if the peer took nothing within rendezvous_patience and declined it
+  // (copy it instead); or -errno (-EINTR when interrupted, -EAGAIN past
+  // SO_SNDTIMEO, and the peer declined).
   ssize_t send_rendezvous(StateLock& state, ByteRange piece, const RegistrationLease& lease,
                           std::optional<Clock::time_point> deadline);
+  // Asks the peer to decline rendezvous `id`, and rings its doorbell so that
+  // it answers even if its application never calls in.
+  void cancel_rendezvous_locked(uint32_t id);
   uint64_t bytes_before_rendezvous(const IovecCursor& source, Blocking& blocking) const;
+  // Whether `payload` bytes of eager records fit in the free ring now.
+  bool fits_free_ring_locked(uint64_t payload) const;
 
   // --- stream_receive.cc ---
   int receive_error_locked();
@@ -246,6 +259,7 @@ class Stream {
   bool connected_ = false;
   int control_fd_ = -1;
   bool watching_control_ = false;
+  bool control_switched_ = false;
   ControlEventHandler control_handler_;
   std::optional<EagerSender> eager_;
   std::optional<SendCredit> send_credit_;

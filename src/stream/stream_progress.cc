@@ -11,6 +11,7 @@
 #include "common/errno_guard.h"
 #include "common/log.h"
 #include "libc/next_symbols.h"
+#include "stream/control_doorbell.h"
 #include "stream/stream.h"
 
 namespace qpsock::stream {
@@ -230,6 +231,9 @@ bool Stream::peer_process_ended_cleanly_locked() {
   // reset, not bytes) is the peer's kernel closing it in order, which it
   // does when the process ends. Its FIN is sent while the process's files
   // close, before its death can wake us.
+  // Doorbells may come first; before the switch, TCP bytes are the
+  // application's and only a peek may look at them.
+  if (control_switched_) return take_doorbells(control_fd_) == ControlState::end_of_file;
   ErrnoGuard errno_guard;
   char byte;
   return next::recv(control_fd_, &byte, 1, MSG_DONTWAIT | MSG_PEEK) == 0;

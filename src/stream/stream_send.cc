@@ -64,6 +64,11 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
       state.lock();
       const ssize_t sent = send_rendezvous(state, piece, lease, blocking.deadline());
       if (sent < 0) return finish_send_locked(accepted, sent);
+      if (sent == 0) {
+        // The peer is not reading: copy the piece, as far as the ring takes it.
+        copy_anyway = piece.length;
+        continue;
+      }
       accepted += sent;
       source.advance(static_cast<size_t>(sent));
       continue;
@@ -117,12 +122,23 @@ uint64_t Stream::bytes_before_rendezvous(const IovecCursor& source, Blocking& bl
   uint64_t before = 0;
   while (!walk.done()) {
     const ByteRange piece = walk.contiguous();
-    // Non-blocking sends never wait for a peer to pull: they copy.
-    if (piece.length >= settings_.rendezvous_threshold) return blocking() ? before : source.remaining();
+    // Non-blocking sends never wait for a peer to pull: they copy. Nor does
+    // a piece that fits the free ring now: TCP would take it into its
+    // buffers at once, whether or not the peer reads (two programs that both
+    // write before they read rely on it).
+    if (piece.length >= settings_.rendezvous_threshold && !fits_free_ring_locked(before + piece.length))
+      return blocking() ? before : source.remaining();
     before += piece.length;
     walk.advance(piece.length);
   }
   return before;
+}
+
+bool Stream::fits_free_ring_locked(uint64_t payload) const {
+  // Every record's header and alignment, and padding at the wrap point.
+  const uint64_t records = (payload + eager_->largest_payload() - 1) / eager_->largest_payload();
+  const uint64_t overhead = records * (record_size(0) + kRingUnit) + record_size(eager_->largest_payload());
+  return payload + overhead <= send_credit_->room();
 }
 
 ssize_t Stream::send_eager_step(StateLock& state, IovecCursor& source, uint64_t most_bytes,

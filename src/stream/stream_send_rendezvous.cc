@@ -2,6 +2,8 @@
 // peer straight from the application's buffer.
 #include <cerrno>
 
+#include "common/log.h"
+#include "stream/control_doorbell.h"
 #include "stream/stream.h"
 
 namespace qpsock::stream {
@@ -11,30 +13,45 @@ ssize_t Stream::send_rendezvous(StateLock& state, ByteRange piece, const Registr
   const int64_t posted = post_rendezvous_descriptor(state, piece, lease);
   if (posted < 0) return posted;
   const auto id = static_cast<uint32_t>(posted);
+  // A peer that takes nothing for this long is not reading: TCP would have
+  // buffered the bytes and returned, so they are copied instead.
+  const auto patience_ends = Clock::now() + settings_.rendezvous_patience;
+  const bool sooner_than_timeout = !deadline || patience_ends < *deadline;
   // The buffer may be reused only once the peer has answered (or cannot read
   // it any more: a broken stream has disconnected the transport).
   bool cancel_asked = false;
-  int cancel_reason = -EINTR;
+  ssize_t if_declined = -EINTR;
   for (;;) {
     const RendezvousOutcome outcome = rendezvous_out_.outcome(id);
     if (outcome != RendezvousOutcome::pending || broken_) {
       rendezvous_out_.finish(id);
       if (outcome == RendezvousOutcome::done) return static_cast<ssize_t>(piece.length);
-      // Declined after a signal (EINTR) or after SO_SNDTIMEO ran out (EAGAIN).
-      if (outcome == RendezvousOutcome::declined) return cancel_reason;
+      if (outcome == RendezvousOutcome::declined) return if_declined;
       return -EPIPE;
     }
+    std::optional<Clock::time_point> wait_deadline;
+    if (!cancel_asked) wait_deadline = sooner_than_timeout ? patience_ends : deadline;
     const int waited = wait_until(
         state, [&] { return rendezvous_out_.outcome(id) != RendezvousOutcome::pending; },
-        {.interruptible = !cancel_asked, .deadline = cancel_asked ? std::nullopt : deadline});
-    if (waited == -ETIMEDOUT && !cancel_asked) cancel_reason = -EAGAIN;
-    if ((waited == -EINTR || waited == -ETIMEDOUT) && !cancel_asked) {
-      // Interrupted: ask the peer to decline it if it has not begun pulling.
-      cancel_asked = true;
-      pending_replies_.push_back({NotificationKind::rendezvous_cancel, id});
-      flush_notifications_locked();
-    }
+        {.interruptible = !cancel_asked, .deadline = wait_deadline});
+    if (cancel_asked || (waited != -EINTR && waited != -ETIMEDOUT)) continue;
+    // Declined after a signal: EINTR; after SO_SNDTIMEO ran out: EAGAIN;
+    // after the patience: copy it.
+    if (waited == -ETIMEDOUT) if_declined = sooner_than_timeout ? 0 : -EAGAIN;
+    QPSOCK_LOG(debug, "stream: withdrawing rendezvous %u (%zu bytes): %s", id, piece.length,
+               if_declined == 0 ? "not taken within the patience; copying it if declined"
+               : if_declined == -EAGAIN ? "SO_SNDTIMEO ran out" : "interrupted by a signal");
+    cancel_asked = true;
+    cancel_rendezvous_locked(id);
   }
+}
+
+void Stream::cancel_rendezvous_locked(uint32_t id) {
+  pending_replies_.push_back({NotificationKind::rendezvous_cancel, id});
+  flush_notifications_locked();
+  // The peer answers from its progress, which its application may never
+  // make: its doorbell watcher makes it.
+  if (control_fd_ >= 0) ring_doorbell(control_fd_);
 }
 
 int64_t Stream::post_rendezvous_descriptor(StateLock& state, ByteRange piece,

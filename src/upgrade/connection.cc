@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "libc/next_symbols.h"
+#include "stream/control_doorbell.h"
 #include "upgrade/random_token.h"
 
 namespace qpsock::upgrade {
@@ -73,17 +74,23 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   offloaded_path_ = path;
   stream::Stream* raw = stream.get();
   stream_ = std::move(stream);
-  // After the switch the TCP connection carries nothing but the token and the
-  // FIN or RST of a closing or dying peer: the stream learns of those here.
+  // After the switch the TCP connection carries nothing but the token,
+  // doorbells (stream/control_doorbell.h) and the FIN or RST of a closing or
+  // dying peer: the stream learns of those here.
   raw->set_control_channel(tcp_fd, [this, tcp_fd, raw](short revents) {
     if (!receiving_switched()) return stream::ControlVerdict::stop_watching;
     if ((revents & POLLERR) != 0) return stream::ControlVerdict::connection_lost;
-    char byte;
-    const ssize_t got = next::recv(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-    if (got < 0 && errno == EAGAIN) return stream::ControlVerdict::keep_waiting;
-    // EOF after the stream's own end: an orderly close. Anything else (EOF
-    // first, a reset, stray bytes) means the peer is gone.
-    if (got == 0 && (raw->readiness() & POLLRDHUP) != 0) return stream::ControlVerdict::stop_watching;
+    switch (stream::take_doorbells(tcp_fd)) {
+      case stream::ControlState::quiet:
+        return stream::ControlVerdict::keep_waiting;
+      case stream::ControlState::end_of_file:
+        // EOF after the stream's own end: an orderly close. EOF first means
+        // the peer is gone.
+        return (raw->readiness() & POLLRDHUP) != 0 ? stream::ControlVerdict::stop_watching
+                                                    : stream::ControlVerdict::connection_lost;
+      case stream::ControlState::gone:
+        break;
+    }
     return stream::ControlVerdict::connection_lost;
   });
   // SO_RCVLOWAT set before the upgrade; later changes come through setsockopt.
@@ -92,6 +99,15 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   phase_.store(UpgradePhase::established, std::memory_order_release);
   installed_streams.fetch_add(1, std::memory_order_acq_rel);
   report_path();
+}
+
+void Connection::answer_doorbell() {
+  stream::Stream* current = stream();
+  if (current == nullptr || !receiving_switched()) return;
+  // As a blocking wait would: the handler takes the doorbells (or finds the
+  // peer gone), then progress answers what the peer sent.
+  current->on_control_event(POLLIN);
+  current->answer_peer();
 }
 
 void Connection::receive_low_water_changed(int tcp_fd) {

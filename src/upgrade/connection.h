@@ -102,6 +102,9 @@ class Connection {
   bool close_stream();
   // The cork flusher's call (cork_flusher.h): announce what MSG_MORE corked.
   void flush_cork(int fd);
+  // The doorbell watcher's call (doorbell_watcher.h): the TCP socket became
+  // readable; take the peer's doorbells and let the stream answer it.
+  void answer_doorbell();
   // setsockopt(SO_RCVLOWAT) on the socket: the stream, if installed, takes it.
   void receive_low_water_changed(int tcp_fd);
 

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "upgrade/connection.h"
+#include "upgrade/doorbell_watcher.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/socket_blocking.h"
 
@@ -257,6 +258,9 @@ int Connection::take_token_locked(int fd) {
     return -ECONNRESET;
   }
   receive_switched_.store(true, std::memory_order_release);
+  // From now on the TCP socket carries only doorbells, FIN and RST.
+  stream()->control_channel_switched();
+  watch_for_doorbells(fd);
   QPSOCK_LOG(debug, "fd %d: receiving switched to the stream after %llu TCP bytes", fd,
              static_cast<unsigned long long>(tcp_received_));
   return 1;

@@ -47,9 +47,6 @@ RUN_SECONDS=30
 ATTEMPTS=3
 RUNNERS=(plain qpsock)
 declare -A KNOWN=(
-  [write_interrupted]="a blocking rendezvous write waits for the peer's pull; a signal does not cut it short"
-  [crossed_writes]="a rendezvous write waits for the peer's pull, beyond what SO_SNDBUF lets TCP buffer"
-  [sndtimeo]="a blocking rendezvous write waits for the peer's pull or its answer to a cancel, beyond SO_SNDTIMEO"
   [oob]="MSG_OOB is refused (EOPNOTSUPP) on an upgraded socket"
 )
 known_seen=0

@@ -197,6 +197,57 @@ TEST_F(StreamRendezvousTest, AnInterruptedWriteFinishesIfTheReaderBegan) {
   EXPECT_EQ(first_mismatch(5, 0, in), -1);
 }
 
+TEST_F(StreamRendezvousTest, AWriteThatFitsTheFreeRingIsCopiedThoughNobodyReads) {
+  Watchdog watchdog(60s);
+  // Above the threshold (32 KiB), well inside the empty 64 KiB ring: TCP
+  // would take it into its buffers at once.
+  std::vector<uint8_t> data(40 << 10);
+  fill_pattern(7, 0, data);
+  ASSERT_EQ(send_bytes(writer(), data), static_cast<ssize_t>(data.size()));
+  std::vector<uint8_t> in(data.size());
+  ASSERT_EQ(receive_bytes(reader(), in, MSG_WAITALL), static_cast<ssize_t>(in.size()));
+  EXPECT_EQ(first_mismatch(7, 0, in), -1);
+  EXPECT_EQ(pulls().reads, 0u);
+}
+
+TEST(StreamRendezvousPatience, ARendezvousNobodyTakesIsWithdrawnAndCopied) {
+  StreamSettings settings = small_settings();
+  settings.rendezvous_patience = 5ms;
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair), 0);
+  Stream& writer = *pair.first;
+  Stream& reader = *pair.second;
+  Watchdog watchdog(60s);
+  // Larger than the ring: a rendezvous, which the reader's application does
+  // not take (it reads only once the write returned, more than TCP buffers
+  // would hold, so it reads concurrently below, never pulling).
+  std::vector<uint8_t> data(48 << 10);
+  fill_pattern(8, 0, data);
+  std::vector<uint8_t> first(40 << 10, 1);
+  ASSERT_EQ(send_bytes(writer, first), static_cast<ssize_t>(first.size()));  // copied: it fits
+  std::atomic<ssize_t> result{1};
+  std::thread sender([&] { result = send_bytes(writer, data); });
+  // The reader's engine answers the cancel when it progresses (its doorbell
+  // watcher makes it do so in a real process); its application reads nothing.
+  while (reader.readable_bytes() < first.size() + data.size() && result == 1) {
+    reader.answer_peer();
+    std::this_thread::sleep_for(1ms);
+  }
+  for (int turns = 0; turns < 200 && result == 1; ++turns) {
+    reader.answer_peer();
+    std::this_thread::sleep_for(1ms);
+  }
+  // Withdrawn and declined; its copy waits for ring room, as TCP's would.
+  EXPECT_EQ(result, 1);
+  std::vector<uint8_t> in(first.size() + data.size());
+  ASSERT_EQ(receive_bytes(reader, in, MSG_WAITALL), static_cast<ssize_t>(in.size()));
+  sender.join();
+  EXPECT_EQ(result, static_cast<ssize_t>(data.size()));
+  EXPECT_EQ(in[first.size() - 1], 1);
+  EXPECT_EQ(first_mismatch(8, 0, {in.data() + first.size(), data.size()}), -1);
+  EXPECT_EQ(pair.second_transport->statistics().reads, 0u);
+}
+
 // A registration cache that has nothing to give.
 class FailingProvider final : public RegistrationProvider {
  public:

@@ -1,0 +1,34 @@
+#include "stream/control_doorbell.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "common/errno_guard.h"
+#include "libc/next_symbols.h"
+
+namespace qpsock::stream {
+
+void ring_doorbell(int tcp_fd) {
+  ErrnoGuard errno_guard;
+  const char byte = kDoorbellByte;
+  next::send(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+ControlState take_doorbells(int tcp_fd) {
+  ErrnoGuard errno_guard;
+  char bytes[64];
+  for (;;) {
+    const ssize_t got = next::recv(tcp_fd, bytes, sizeof(bytes), MSG_DONTWAIT);
+    if (got == 0) return ControlState::end_of_file;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK ? ControlState::quiet : ControlState::gone;
+    }
+    if (!std::all_of(bytes, bytes + got, [](char byte) { return byte == kDoorbellByte; }))
+      return ControlState::gone;
+  }
+}
+
+}  // namespace qpsock::stream

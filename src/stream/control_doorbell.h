@@ -1,0 +1,29 @@
+// After the switch the TCP connection carries no application bytes: only the
+// FIN or RST of a peer that closes or dies, and doorbells. A doorbell is one
+// byte a stream writes when it needs its peer's engine to make progress even
+// if the peer's application never calls in again: to answer a rendezvous
+// cancel. The peer's doorbell watcher (src/upgrade/doorbell_watcher.cc)
+// wakes on it; a blocking wait that watches the control fd takes it too.
+#pragma once
+
+namespace qpsock::stream {
+
+inline constexpr char kDoorbellByte = 'D';
+
+// Writes one doorbell byte, never waiting (a full socket buffer already holds
+// unread doorbells). Leaves errno as it was.
+void ring_doorbell(int tcp_fd);
+
+// What the control connection holds once its doorbells are taken.
+enum class ControlState {
+  quiet,        // nothing more (for now)
+  end_of_file,  // the peer's FIN
+  gone,         // a reset, an error, or a byte that is not a doorbell
+};
+
+// Reads every doorbell byte waiting on `tcp_fd` (only after the receiving
+// direction switched: before it, TCP bytes are the application's). Leaves
+// errno as it was.
+ControlState take_doorbells(int tcp_fd);
+
+}  // namespace qpsock::stream

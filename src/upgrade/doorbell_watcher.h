@@ -1,0 +1,18 @@
+// A stream whose rendezvous nobody takes withdraws it, and must hear the
+// peer's answer before it may copy the bytes instead; the peer answers from
+// its engine's progress, which its application makes only when it calls in.
+// The doorbell watcher makes it for an application that does not: a thread,
+// started with the first switched connection, that sleeps in epoll on the
+// TCP sockets of switched connections (which then carry nothing but
+// doorbells, FIN and RST, so it costs no wakeup while streams run) and, when
+// the peer rings (stream/control_doorbell.h), lets the stream answer.
+#pragma once
+
+namespace qpsock::upgrade {
+
+// fd's receiving direction switched to its stream: watch its TCP socket.
+// If no thread can be started, peers' cancels wait for the application's
+// next call on the socket, as before.
+void watch_for_doorbells(int fd);
+
+}  // namespace qpsock::upgrade
