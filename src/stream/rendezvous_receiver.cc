@@ -47,7 +47,7 @@ CancelAnswer RendezvousReceiver::on_cancel(uint32_t id, uint64_t& declined_bytes
     return r.descriptor.id == id && !r.declined;
   });
   if (found == pending_.end()) return CancelAnswer::unknown;
-  if (found->requested > 0) return CancelAnswer::too_late;
+  if (found->claimed || found->requested > 0) return CancelAnswer::too_late;
   found->declined = true;
   declined_bytes = found->descriptor.length;
   return CancelAnswer::declined;

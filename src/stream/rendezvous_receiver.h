@@ -22,6 +22,10 @@ struct IncomingRendezvous {
   uint64_t requested = 0;  // bytes from the start whose reads were posted
   uint64_t taken = 0;      // bytes delivered to the application
   bool declined = false;   // cancelled before any read: its bytes are not in the stream
+  // A receiver began pulling it: set before the puller first lets go of the
+  // state lock (to register, or to wait for room to post), so that a cancel
+  // taken in meanwhile by another thread's progress finds it too late.
+  bool claimed = false;
 
   uint64_t untaken() const { return descriptor.length - taken; }
   uint64_t unrequested() const { return descriptor.length - requested; }

@@ -20,6 +20,7 @@ constexpr std::chrono::seconds kReadFlushLimit{1};
 
 int Stream::pull_direct(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
                         ByteRange destination) {
+  rendezvous.claimed = true;
   // Registering can take a while: not under the state lock (the receive lock
   // keeps the rendezvous ours).
   state.unlock();
@@ -34,6 +35,7 @@ int Stream::pull_direct(StateLock& receive_lock, StateLock& state, IncomingRende
 
 int Stream::pull_into_bounce(StateLock& receive_lock, StateLock& state,
                              IncomingRendezvous& rendezvous, uint64_t length) {
+  rendezvous.claimed = true;
   BounceBuffer& bounce = rendezvous_in_.bounce();
   state.unlock();
   const int reserved = bounce.reserve(*transport_, length);
