@@ -84,10 +84,17 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
       case stream::ControlState::quiet:
         return stream::ControlVerdict::keep_waiting;
       case stream::ControlState::end_of_file:
-        // EOF after the stream's own end: an orderly close. EOF first means
-        // the peer is gone.
-        return (raw->readiness() & POLLRDHUP) != 0 ? stream::ControlVerdict::stop_watching
-                                                    : stream::ControlVerdict::connection_lost;
+        // EOF after the stream's own end: an orderly close.
+        if ((raw->readiness() & POLLRDHUP) != 0) return stream::ControlVerdict::stop_watching;
+        // Over RDMA the FIN can overtake the stream's last writes: a peer's
+        // shutdown(SHUT_WR) posts its end of stream and sends the FIN at
+        // once, and the queue pair may still be sending what came before.
+        // A peer that is really gone is reported by the queue pair and the
+        // rdma_cm (its process's end disconnects them), so the stream waits
+        // for one or the other. Over shared memory the end of stream is in
+        // place before the FIN leaves, and EOF first means the peer is gone.
+        if (offloaded_path_ == stats::Path::rdma) return stream::ControlVerdict::stop_watching;
+        return stream::ControlVerdict::connection_lost;
       case stream::ControlState::gone:
         break;
     }
