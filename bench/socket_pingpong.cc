@@ -2,11 +2,14 @@
 //
 //   socket_pingpong server [PORT] [--host ADDR] [--port-file FILE] [--connections N]
 //   socket_pingpong client HOST PORT [--size 64] [--iterations 100000] [--warmup 10000]
+//                                    [--warmup-seconds S]
 //   socket_pingpong local [--host 127.0.0.1] [client options]
 //
 // The client sends a SIZE-byte message and waits for the server to echo it
 // back; a round trip is timed with CLOCK_MONOTONIC and halved. After WARMUP
-// untimed round trips it reports the median, 99th percentile, mean, minimum
+// untimed round trips (and at least S seconds of them: an interposer that
+// upgrades the connection in the background, as qpsock does, carries the
+// first ones on TCP) it reports the median, 99th percentile, mean, minimum
 // and maximum of ITERATIONS timed ones: a JSON line on stdout and a human
 // line on stderr, with the client's CPU time (user + system) per round
 // trip. Echoes are checked (a sequence number at both ends of each
@@ -35,6 +38,7 @@ void usage() {
   std::fputs(
       "usage: socket_pingpong server [PORT] [--host ADDR] [--port-file FILE] [--connections N]\n"
       "       socket_pingpong client HOST PORT [--bind ADDR] [--size BYTES] [--iterations N] [--warmup N]\n"
+      "                              [--warmup-seconds S]\n"
       "       socket_pingpong local [--host ADDR] [--size BYTES] [--iterations N] [--warmup N]\n",
       stderr);
   std::exit(2);
@@ -62,6 +66,7 @@ struct ClientOptions {
   std::size_t size = 64;
   long iterations = 100000;
   long warmup = 10000;
+  double warmup_seconds = 0;
 };
 
 bool client_option(bench::Args& args, ClientOptions& options) {
@@ -69,6 +74,7 @@ bool client_option(bench::Args& args, ClientOptions& options) {
   if (args.option("--size", value)) options.size = bench::parse_size(value);
   else if (args.option("--iterations", value)) options.iterations = long(bench::parse_size(value));
   else if (args.option("--warmup", value)) options.warmup = long(bench::parse_size(value));
+  else if (args.option("--warmup-seconds", value)) options.warmup_seconds = bench::parse_double(value);
   else return false;
   return true;
 }
@@ -89,10 +95,13 @@ int run_client(const std::string& host, const std::string& port, const ClientOpt
   std::vector<char> out(options.size, 'q'), in(options.size);
   std::vector<std::uint64_t> half_rtt_ns;
   half_rtt_ns.reserve(std::size_t(options.iterations));
-  const long total = options.warmup + options.iterations;
+  // The warm-up lasts `warmup` round trips and at least `warmup_seconds`.
+  const std::uint64_t warmup_end = bench::now_ns() + std::uint64_t(options.warmup_seconds * 1e9);
+  long warmup = options.warmup;
   std::uint64_t cpu_start = 0;
-  for (long i = 0; i < total; ++i) {
-    if (i == options.warmup) cpu_start = bench::cpu_ns();
+  for (long i = 0; i < warmup + options.iterations; ++i) {
+    if (i == warmup && bench::now_ns() < warmup_end) ++warmup;
+    if (i == warmup) cpu_start = bench::cpu_ns();
     stamp(out.data(), options.size, std::uint64_t(i));
     std::uint64_t start = bench::now_ns();
     bench::write_full(fd, out.data(), options.size);
@@ -103,7 +112,7 @@ int run_client(const std::string& host, const std::string& port, const ClientOpt
                     out.data() + options.size - std::min<std::size_t>(8, options.size),
                     std::min<std::size_t>(8, options.size)) != 0)
       bench::die("echo mismatch: the server returned different bytes");
-    if (i >= options.warmup) half_rtt_ns.push_back((end - start) / 2);
+    if (i >= warmup) half_rtt_ns.push_back((end - start) / 2);
   }
   // CPU time per round trip at this end: what the interposer adds to each
   // call shows here even when the machine is busy and wake-ups are slow.
@@ -126,13 +135,12 @@ int run_client(const std::string& host, const std::string& port, const ClientOpt
       "{\"benchmark\":\"pingpong\",\"size\":%zu,\"iterations\":%ld,\"warmup\":%ld,"
       "\"half_rtt_us_median\":%.3f,\"half_rtt_us_p99\":%.3f,\"half_rtt_us_mean\":%.3f,"
       "\"half_rtt_us_min\":%.3f,\"half_rtt_us_max\":%.3f,\"client_cpu_us_per_rtt\":%.3f}\n",
-      options.size, options.iterations, options.warmup, median, p99, mean, min, max,
-      cpu_us_per_rtt);
+      options.size, options.iterations, warmup, median, p99, mean, min, max, cpu_us_per_rtt);
   std::fflush(stdout);
   std::fprintf(stderr,
                "pingpong %zu B x %ld (warm-up %ld): half round trip median %.2f us, "
                "p99 %.2f us, mean %.2f us (min %.2f, max %.2f); client CPU %.2f us per round trip\n",
-               options.size, options.iterations, options.warmup, median, p99, mean, min, max,
+               options.size, options.iterations, warmup, median, p99, mean, min, max,
                cpu_us_per_rtt);
   return 0;
 }

@@ -2,7 +2,7 @@
 //
 //   socket_stream server [PORT] [--host ADDR] [--port-file FILE] [--connections N]
 //   socket_stream client HOST PORT [--write-size 1M] [--seconds 5 | --bytes B]
-//                                  [--verify sample|full|off]
+//                                  [--verify sample|full|off] [--warmup-seconds W]
 //   socket_stream local [--host 127.0.0.1] [client options]
 //
 // The client writes WRITE-SIZE-byte writes for SECONDS (or until B bytes),
@@ -10,7 +10,11 @@
 // answers with the byte count and the number of pattern mismatches it saw.
 // Bandwidth = bytes / (first write .. server's answer), so the data still in
 // socket buffers when the client stops writing is counted as in flight, not
-// as delivered. Reported as a JSON line on stdout and a human line on stderr;
+// as delivered. With --warmup-seconds, the client first writes for W seconds
+// unmeasured (an interposer that upgrades the connection in the background,
+// as qpsock does, carries those first bytes on TCP) and the figures cover
+// what follows: the bytes written after the warm-up over the time from its
+// end to the server's answer. Reported as a JSON line on stdout and a human line on stderr;
 // MB/s is 10^6 bytes per second. Each end's CPU time (user + system) per GB
 // is reported too.
 //
@@ -48,7 +52,7 @@ void usage() {
   std::fputs(
       "usage: socket_stream server [PORT] [--host ADDR] [--port-file FILE] [--connections N]\n"
       "       socket_stream client HOST PORT [--write-size BYTES] [--seconds S | --bytes B]\n"
-      "                            [--verify sample|full|off]\n"
+      "                            [--verify sample|full|off] [--warmup-seconds W]\n"
       "       socket_stream local [--host ADDR] [client options]\n",
       stderr);
   std::exit(2);
@@ -121,6 +125,7 @@ struct ClientOptions {
   double seconds = 5;
   std::uint64_t bytes = 0;  // 0: run for `seconds`
   std::string verify = "sample";
+  double warmup_seconds = 0;
 };
 
 bool client_option(bench::Args& args, ClientOptions& options) {
@@ -129,6 +134,7 @@ bool client_option(bench::Args& args, ClientOptions& options) {
   else if (args.option("--seconds", value)) options.seconds = bench::parse_double(value);
   else if (args.option("--bytes", value)) options.bytes = bench::parse_size(value);
   else if (args.option("--verify", value)) options.verify = value;
+  else if (args.option("--warmup-seconds", value)) options.warmup_seconds = bench::parse_double(value);
   else return false;
   return true;
 }
@@ -147,20 +153,26 @@ int run_client(const std::string& host, const std::string& port, const ClientOpt
 
   std::vector<char> buffer(options.write_size, 'q');
   std::uint64_t sent = 0;
+  auto write_next = [&](std::size_t length) {
+    if (stride) fill_pattern(buffer.data(), sent, length, stride);
+    bench::write_full(fd, buffer.data(), length);
+    sent += length;
+  };
+  const std::uint64_t warmup_end = bench::now_ns() + std::uint64_t(options.warmup_seconds * 1e9);
+  while (bench::now_ns() < warmup_end) write_next(options.write_size);
+  const std::uint64_t warmup_bytes = sent;
   std::uint64_t cpu_start = bench::cpu_ns();
   std::uint64_t start = bench::now_ns();
   std::uint64_t deadline = start + std::uint64_t(options.seconds * 1e9);
   for (;;) {
     std::size_t length = options.write_size;
     if (options.bytes) {
-      if (sent >= options.bytes) break;
-      length = std::size_t(std::min<std::uint64_t>(length, options.bytes - sent));
+      if (sent - warmup_bytes >= options.bytes) break;
+      length = std::size_t(std::min<std::uint64_t>(length, options.bytes - (sent - warmup_bytes)));
     } else if (bench::now_ns() >= deadline) {
       break;
     }
-    if (stride) fill_pattern(buffer.data(), sent, length, stride);
-    bench::write_full(fd, buffer.data(), length);
-    sent += length;
+    write_next(length);
   }
   if (shutdown(fd, SHUT_WR) != 0) bench::die_errno("shutdown");
   Reply reply{};
@@ -183,26 +195,29 @@ int run_client(const std::string& host, const std::string& port, const ClientOpt
     return 1;
   }
 
+  const std::uint64_t measured = sent - warmup_bytes;
   double seconds = double(elapsed) / 1e9;
-  double mb_per_s = double(sent) / 1e6 / seconds;
+  double mb_per_s = double(measured) / 1e6 / seconds;
   double server_mb_per_s =
       reply.receive_ns ? double(reply.bytes) / 1e6 / (double(reply.receive_ns) / 1e9) : 0;
   // CPU time per GB moved at each end: the cost of each read and write call
   // (ours and the kernel's copy), less sensitive to a busy machine than MB/s.
-  double gigabytes = double(sent) / 1e9;
+  // The server's figures span the whole connection, warm-up included.
+  double gigabytes = double(measured) / 1e9;
   double client_cpu_ms_per_gb = gigabytes > 0 ? double(cpu) / 1e6 / gigabytes : 0;
-  double server_cpu_ms_per_gb = gigabytes > 0 ? double(reply.cpu_ns) / 1e6 / gigabytes : 0;
+  double server_cpu_ms_per_gb =
+      reply.bytes > 0 ? double(reply.cpu_ns) / 1e6 / (double(reply.bytes) / 1e9) : 0;
   std::printf(
       "{\"benchmark\":\"stream\",\"write_size\":%zu,\"verify\":\"%s\",\"bytes\":%llu,"
-      "\"seconds\":%.6f,\"mb_per_s\":%.1f,\"gbit_per_s\":%.3f,\"server_mb_per_s\":%.1f,"
+      "\"warmup_bytes\":%llu,\"seconds\":%.6f,\"mb_per_s\":%.1f,\"gbit_per_s\":%.3f,\"server_mb_per_s\":%.1f,"
       "\"client_cpu_ms_per_gb\":%.1f,\"server_cpu_ms_per_gb\":%.1f}\n",
-      options.write_size, options.verify.c_str(), static_cast<unsigned long long>(sent), seconds,
-      mb_per_s, mb_per_s * 8 / 1000, server_mb_per_s, client_cpu_ms_per_gb, server_cpu_ms_per_gb);
+      options.write_size, options.verify.c_str(), static_cast<unsigned long long>(measured),
+      static_cast<unsigned long long>(warmup_bytes), seconds, mb_per_s, mb_per_s * 8 / 1000, server_mb_per_s, client_cpu_ms_per_gb, server_cpu_ms_per_gb);
   std::fflush(stdout);
   std::fprintf(stderr,
                "stream %zu B writes, %.1f MB in %.3f s: %.1f MB/s = %.2f Gbit/s (verify %s); "
                "CPU per GB: client %.0f ms, server %.0f ms\n",
-               options.write_size, double(sent) / 1e6, seconds, mb_per_s, mb_per_s * 8 / 1000,
+               options.write_size, double(measured) / 1e6, seconds, mb_per_s, mb_per_s * 8 / 1000,
                options.verify.c_str(), client_cpu_ms_per_gb, server_cpu_ms_per_gb);
   return 0;
 }
