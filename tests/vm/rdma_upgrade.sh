@@ -19,7 +19,7 @@
 # server and the reverse (bytes intact, no wait); RLIMIT_MEMLOCK too low
 # (logged fallback); iperf3 -P 4 over RDMA; socat forking a child per
 # connection; a writer's shutdown(SHUT_WR) whose FIN overtakes its last
-# RDMA writes.
+# RDMA writes; a writer killed mid-stream.
 set -uo pipefail
 here=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -400,6 +400,38 @@ if ((ok)); then
     pass "shutdown after a 4 MiB ring of writes: 3 runs, every byte counted and checked, then EOF"
 else
     fail "shutdown after a 4 MiB ring of writes"
+fi
+
+# --- 7. a writer killed mid-stream: the reader's calls end within seconds ---
+# Its kernel closes the TCP connection (a FIN, which over RDMA the reader no
+# longer takes alone for the end, case 6); the rdma_cm disconnect that the
+# process's end causes must end the reader's read, with EOF or ECONNRESET.
+read -ra sprefix <<<"$(qpsock_prefix "$LOG/kill.server.qplog")"
+read -ra cprefix <<<"$(qpsock_prefix "$LOG/kill.client.qplog")"
+rm -f "$LOG/kill.port"
+start_bg "$LOG/kill.server.out" "${sprefix[@]}" "$STREAM" server --host $SERVER_IP --port-file "$LOG/kill.port"
+kspid=$BG
+if wait_file "$LOG/kill.port" 30; then
+    start_bg "$LOG/kill.client.out" "${cprefix[@]}" "$STREAM" client $SERVER_IP "$(<"$LOG/kill.port")" \
+        --bind $CLIENT_IP --write-size 1M --seconds 60
+    kcpid=$BG
+    wait_grep "receiving switched" 30 "$LOG/kill.server.qplog" >/dev/null
+    sleep 1
+    # The program (qpsock-run execs it), not timeout: the one that holds the socket.
+    victim=$(pgrep -P "$kcpid" | head -n 1)
+    kill -KILL "${victim:-$kcpid}" 2>/dev/null
+    killed_at=$(now_ms)
+    reap "$kspid" 20; ksrc=$?
+    took=$(( $(now_ms) - killed_at ))
+    reap "$kcpid" 5
+    if ((ksrc != 124)) && [[ $(upgraded_in "$LOG/kill.server.qplog") == 1 ]]; then
+        pass "a writer killed mid-stream: the reader's read ended $took ms after the kill ($(tail -n 1 "$LOG/kill.server.out"))"
+    else
+        fail "a writer killed mid-stream: the reader still waited 20 s after the kill (exit $ksrc)"
+        show "$LOG/kill.server.out" "$LOG/kill.server.qplog"
+    fi
+else
+    fail "a writer killed mid-stream: the server did not listen"; reap "$kspid" 1
 fi
 
 if ((FAILS)); then echo "RDMA UPGRADE: FAIL ($FAILS failed)"; exit 1; fi
