@@ -31,4 +31,12 @@ ControlState take_doorbells(int tcp_fd) {
   }
 }
 
+bool control_reads_end_of_file(int tcp_fd, DoorbellsPossible doorbells) {
+  if (doorbells == DoorbellsPossible::yes)
+    return take_doorbells(tcp_fd) == ControlState::end_of_file;
+  ErrnoGuard errno_guard;
+  char byte;
+  return next::recv(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+}
+
 }  // namespace qpsock::stream

@@ -26,4 +26,12 @@ enum class ControlState {
 // errno as it was.
 ControlState take_doorbells(int tcp_fd);
 
+enum class DoorbellsPossible : bool { no, yes };
+
+// Whether the control connection reads end of file now (the peer's FIN).
+// Once doorbells are possible (the receiving direction switched) they are
+// taken first; before that, TCP bytes are the application's, and only a
+// peek looks at them. Leaves errno as it was.
+bool control_reads_end_of_file(int tcp_fd, DoorbellsPossible doorbells);
+
 }  // namespace qpsock::stream

@@ -87,16 +87,13 @@ int Stream::connect(const StreamEndpoint& peer) {
   return 0;
 }
 
-void Stream::set_control_channel(int fd, ControlEventHandler handler) {
+void Stream::set_control_channel(int fd, ControlEventHandler handler,
+                                 ControlEndProbe reads_end_of_file) {
   std::lock_guard state(state_mutex_);
   control_fd_ = fd;
   control_handler_ = std::move(handler);
+  control_reads_end_of_file_ = std::move(reads_end_of_file);
   watching_control_ = fd >= 0 && control_handler_ != nullptr;
-}
-
-void Stream::control_channel_switched() {
-  std::lock_guard state(state_mutex_);
-  control_switched_ = true;
 }
 
 void Stream::answer_peer() {

@@ -58,6 +58,10 @@ enum class ControlVerdict : uint8_t {
 };
 // Called without any stream lock held, possibly from several waiting threads.
 using ControlEventHandler = std::function<ControlVerdict(short revents)>;
+// Whether the control socket reads end of file now: the peer's kernel closed
+// the TCP connection in order (not a reset, not bytes still to read). Called
+// under the stream's state lock: it must not wait or call into the stream.
+using ControlEndProbe = std::function<bool()>;
 
 struct CloseResult {
   size_t unread_bytes;  // data the application never read: reset the TCP connection, as TCP does
@@ -86,10 +90,10 @@ class Stream {
   // Starts the stream toward the peer's endpoint. Before it, calls give ENOTCONN.
   int connect(const StreamEndpoint& peer);
   // The TCP control socket, watched by every blocking wait. Set before use.
-  void set_control_channel(int fd, ControlEventHandler handler);
-  // The control socket carries no more application bytes (our receiving
-  // direction switched): what arrives there now is doorbells, FIN or RST.
-  void control_channel_switched();
+  // `reads_end_of_file` is asked when the link breaks without the peer's end
+  // of stream (did its process end?); without one, the stream peeks at fd.
+  void set_control_channel(int fd, ControlEventHandler handler,
+                           ControlEndProbe reads_end_of_file = {});
   // The peer rang the doorbell (stream/control_doorbell.h): take in what it
   // sent and answer it, though no application thread calls in.
   void answer_peer();
@@ -259,8 +263,8 @@ class Stream {
   bool connected_ = false;
   int control_fd_ = -1;
   bool watching_control_ = false;
-  bool control_switched_ = false;
   ControlEventHandler control_handler_;
+  ControlEndProbe control_reads_end_of_file_;
   std::optional<EagerSender> eager_;
   std::optional<SendCredit> send_credit_;
   std::optional<NotificationWindow> window_;

@@ -1,16 +1,12 @@
 // Stream progress: polling the transport, acting on completions and the
 // peer's notifications, and posting our own notifications when the peer has
 // slots for them. Everything here runs under the state lock.
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 
-#include "common/errno_guard.h"
 #include "common/log.h"
-#include "libc/next_symbols.h"
 #include "stream/control_doorbell.h"
 #include "stream/stream.h"
 
@@ -231,12 +227,8 @@ bool Stream::peer_process_ended_cleanly_locked() {
   // reset, not bytes) is the peer's kernel closing it in order, which it
   // does when the process ends. Its FIN is sent while the process's files
   // close, before its death can wake us.
-  // Doorbells may come first; before the switch, TCP bytes are the
-  // application's and only a peek may look at them.
-  if (control_switched_) return take_doorbells(control_fd_) == ControlState::end_of_file;
-  ErrnoGuard errno_guard;
-  char byte;
-  return next::recv(control_fd_, &byte, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+  if (control_reads_end_of_file_) return control_reads_end_of_file_();
+  return control_reads_end_of_file(control_fd_, DoorbellsPossible::no);
 }
 
 void Stream::post_failed_locked(const char* what, int error) {

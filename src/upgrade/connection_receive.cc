@@ -259,7 +259,6 @@ int Connection::take_token_locked(int fd) {
   }
   receive_switched_.store(true, std::memory_order_release);
   // From now on the TCP socket carries only doorbells, FIN and RST.
-  stream()->control_channel_switched();
   watch_for_doorbells(fd);
   QPSOCK_LOG(debug, "fd %d: receiving switched to the stream after %llu TCP bytes", fd,
              static_cast<unsigned long long>(tcp_received_));

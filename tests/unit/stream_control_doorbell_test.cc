@@ -1,6 +1,8 @@
 // The control connection's doorbells: taken in any number, told apart from
 // the peer's FIN and from bytes that are not doorbells (the peer is gone or
-// foreign), and never changing errno.
+// foreign), and never changing errno. Whether the connection reads end of
+// file: doorbells taken first once they are possible, application bytes
+// only peeked at before that.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -57,6 +59,32 @@ TEST_F(ControlDoorbellTest, RingingAClosedPeerNeitherFailsNorRaisesSigpipe) {
   errno = 4321;
   ring_doorbell(peers());  // MSG_NOSIGNAL: the test process would die of SIGPIPE
   EXPECT_EQ(errno, 4321);
+}
+
+TEST_F(ControlDoorbellTest, BeforeTheSwitchBytesAreOnlyPeekedAt) {
+  ASSERT_EQ(send(peers(), "DD", 2, 0), 2);  // the application's, though they look like doorbells
+  shutdown(peers(), SHUT_WR);
+  EXPECT_FALSE(control_reads_end_of_file(ours(), DoorbellsPossible::no));
+  char bytes[2];
+  EXPECT_EQ(recv(ours(), bytes, sizeof bytes, MSG_DONTWAIT), 2);  // still there for the reader
+  EXPECT_TRUE(control_reads_end_of_file(ours(), DoorbellsPossible::no));
+}
+
+TEST_F(ControlDoorbellTest, AfterTheSwitchDoorbellsBeforeTheFinStillReadAsEndOfFile) {
+  ring_doorbell(peers());
+  ring_doorbell(peers());
+  EXPECT_FALSE(control_reads_end_of_file(ours(), DoorbellsPossible::yes));
+  shutdown(peers(), SHUT_WR);
+  errno = 77;
+  EXPECT_TRUE(control_reads_end_of_file(ours(), DoorbellsPossible::yes));
+  EXPECT_EQ(errno, 77);
+}
+
+TEST_F(ControlDoorbellTest, AResetIsNoEndOfFile) {
+  ASSERT_EQ(send(ours(), "x", 1, 0), 1);
+  close(ends_[1]);  // unread bytes: a UNIX stream socket's peer then reads ECONNRESET
+  ends_[1] = -1;
+  EXPECT_FALSE(control_reads_end_of_file(ours(), DoorbellsPossible::yes));
 }
 
 }  // namespace
