@@ -190,6 +190,10 @@ void Stream::on_control_event(short revents) {
   // blocking waits call it.
   const ControlVerdict verdict = control_handler_(revents);
   std::lock_guard state(state_mutex_);
+  act_on_control_verdict_locked(verdict);
+}
+
+void Stream::act_on_control_verdict_locked(ControlVerdict verdict) {
   if (verdict == ControlVerdict::stop_watching) watching_control_ = false;
   if (verdict == ControlVerdict::connection_lost)
     break_connection_locked(ECONNRESET, "the TCP connection says the peer is gone");

@@ -183,6 +183,9 @@ class Stream {
   // The link went without the peer's end of stream: did its process end
   // (exit or kill) with nothing of ours unread? See break_connection_locked.
   bool peer_process_ended_cleanly_locked();
+  // What the control handler said of the TCP connection, acted on (the
+  // blocking waits and on_control_event alike).
+  void act_on_control_verdict_locked(ControlVerdict verdict);
   // The reader took `ring_bytes` more of the ring: credit, and the transport's
   // published count.
   void note_consumed_locked(uint64_t ring_bytes, bool sender_wants_credit);

@@ -60,9 +60,7 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     state.lock();
     wake_.remove_sleeper();
 
-    if (verdict == ControlVerdict::stop_watching) watching_control_ = false;
-    if (verdict == ControlVerdict::connection_lost)
-      break_connection_locked(ECONNRESET, "the TCP connection says the peer is gone");
+    act_on_control_verdict_locked(verdict);
     if (poll_error == EINTR && options.interruptible) return -EINTR;
     // Anything else (one of our fds closed under us) would spin forever.
     if (poll_error != 0 && poll_error != EINTR)
