@@ -98,6 +98,7 @@ size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
   uint64_t ring_consumed = 0;
   uint8_t flags = 0;
   bool corrupt = false;
+  if (offset == limit) return 0;  // nothing announced: no need to let go of the lock
   // The records before `limit` cannot change under us: the peer writes there
   // only after we return their credit, and only this receiver does.
   state.unlock();
