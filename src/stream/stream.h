@@ -208,6 +208,9 @@ class Stream {
   // What a send returns after `error` stopped it: the partial count, or the
   // error (a broken stream's pending error first).
   ssize_t finish_send_locked(ssize_t accepted, ssize_t error);
+  // What a send returns once every byte is accepted: the count, after
+  // announcing what MSG_MORE held back, unless this send has MSG_MORE too.
+  ssize_t all_accepted_locked(ssize_t accepted, bool more);
   // One step of copying, with the send lock held: plans, reserves, stages
   // (the state lock released meanwhile) and posts. Bytes sent, or -errno.
   ssize_t send_eager_step(StateLock& state, IovecCursor& source, uint64_t most_bytes, bool more);

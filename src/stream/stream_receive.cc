@@ -93,12 +93,12 @@ bool Stream::at_end_of_stream_locked() const {
 size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
   const uint64_t limit = notified_;
   uint64_t offset = read_offset_;
+  if (offset == limit) return 0;  // nothing announced: no need to let go of the lock
   uint64_t taken = head_taken_;
   uint64_t payload_copied = 0;
   uint64_t ring_consumed = 0;
   uint8_t flags = 0;
   bool corrupt = false;
-  if (offset == limit) return 0;  // nothing announced: no need to let go of the lock
   // The records before `limit` cannot change under us: the peer writes there
   // only after we return their credit, and only this receiver does.
   state.unlock();

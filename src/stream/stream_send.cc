@@ -45,10 +45,7 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
     }
     if (int error = send_error_locked(accepted == 0); error < 0)
       return accepted > 0 ? accepted : error;
-    if (source.done()) {
-      if (!more) flush_unnotified_locked();
-      return accepted;
-    }
+    if (source.done()) return all_accepted_locked(accepted, more);
     const uint64_t eager_bytes =
         copy_anyway > 0 ? copy_anyway : bytes_before_rendezvous(source, blocking);
     if (eager_bytes == 0) {
@@ -87,12 +84,9 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
     if (copied < 0) return finish_send_locked(accepted, copied);
     accepted += copied;
     copy_anyway -= std::min<uint64_t>(copy_anyway, static_cast<uint64_t>(copied));
-    if (source.done()) {
-      // Done without another pass (its locks and progress cost a small
-      // message a third of its instructions).
-      if (!more) flush_unnotified_locked();
-      return accepted;
-    }
+    // Done without another pass (its locks and progress cost a small
+    // message a third of its instructions).
+    if (source.done()) return all_accepted_locked(accepted, more);
   }
 }
 
@@ -104,6 +98,11 @@ int Stream::send_error_locked(bool report) {
     return -EPIPE;
   }
   return write_shutdown_ ? -EPIPE : 0;
+}
+
+ssize_t Stream::all_accepted_locked(ssize_t accepted, bool more) {
+  if (!more) flush_unnotified_locked();
+  return accepted;
 }
 
 ssize_t Stream::finish_send_locked(ssize_t accepted, ssize_t error) {
