@@ -212,7 +212,8 @@ int run_client(const std::string& host, const std::string& port, const ClientOpt
       "\"warmup_bytes\":%llu,\"seconds\":%.6f,\"mb_per_s\":%.1f,\"gbit_per_s\":%.3f,\"server_mb_per_s\":%.1f,"
       "\"client_cpu_ms_per_gb\":%.1f,\"server_cpu_ms_per_gb\":%.1f}\n",
       options.write_size, options.verify.c_str(), static_cast<unsigned long long>(measured),
-      static_cast<unsigned long long>(warmup_bytes), seconds, mb_per_s, mb_per_s * 8 / 1000, server_mb_per_s, client_cpu_ms_per_gb, server_cpu_ms_per_gb);
+      static_cast<unsigned long long>(warmup_bytes), seconds, mb_per_s, mb_per_s * 8 / 1000,
+      server_mb_per_s, client_cpu_ms_per_gb, server_cpu_ms_per_gb);
   std::fflush(stdout);
   std::fprintf(stderr,
                "stream %zu B writes, %.1f MB in %.3f s: %.1f MB/s = %.2f Gbit/s (verify %s); "
