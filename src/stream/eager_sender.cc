@@ -37,6 +37,12 @@ uint64_t cookie_ring_end(uint64_t cookie, uint64_t written) {
 
 uint64_t plain_cookie(PostKind kind) { return uint64_t{static_cast<uint8_t>(kind)} << kKindShift; }
 
+uint64_t rendezvous_write_cookie(uint32_t id) {
+  return plain_cookie(PostKind::rendezvous_write) | (id & kPayloadMask);
+}
+
+uint32_t cookie_rendezvous_id(uint64_t cookie) { return static_cast<uint32_t>(cookie & kPayloadMask); }
+
 EagerSender::EagerSender(Transport& transport, RemoteRegion peer_ring, uint64_t peer_ring_size,
                          uint64_t largest_payload)
     : transport_(transport), peer_ring_(peer_ring), geometry_(peer_ring_size),

@@ -17,13 +17,16 @@
 namespace qpsock::stream {
 
 // The cookie of every post, telling its completion what it was.
-enum class PostKind : uint8_t { ring_write = 1, notification = 2, read = 3 };
+enum class PostKind : uint8_t { ring_write = 1, notification = 2, read = 3, rendezvous_write = 4 };
 uint64_t ring_write_cookie(uint32_t payload_bytes, uint64_t ring_end);
 PostKind post_kind(uint64_t cookie);
 uint32_t cookie_payload_bytes(uint64_t cookie);
 // The ring end of a ring_write cookie, given any offset within 2^31 after it.
 uint64_t cookie_ring_end(uint64_t cookie, uint64_t written);
 uint64_t plain_cookie(PostKind kind);
+// A write of rendezvous `id`'s bytes into the peer's buffer (RendezvousMethod::write).
+uint64_t rendezvous_write_cookie(uint32_t id);
+uint32_t cookie_rendezvous_id(uint64_t cookie);
 
 class EagerSender {
  public:

@@ -17,6 +17,9 @@ enum class NotificationKind : uint8_t {
   rendezvous_cancel = 6,    // value: rendezvous id; the sender was interrupted and asks to cancel
   end_of_stream = 7,        // value: 0; the sender shut down its direction after everything before
   reader_gone = 8,          // value: 0; the sender shut down both directions: data sent to it resets
+  // RendezvousMethod::write (record.h, RendezvousWriteRequest):
+  rendezvous_write_request = 9,  // value: request box slot; the receiver asks for bytes
+  rendezvous_written = 10,       // value: request box slot; the bytes it asked for landed
 };
 
 inline constexpr uint32_t kNotificationValueBits = 28;

@@ -35,6 +35,30 @@ struct RendezvousDescriptor {
 };
 static_assert(sizeof(RendezvousDescriptor) == 24);
 
+// With RendezvousMethod::write, the receiver asks the sender to write bytes
+// of a rendezvous into its buffer: it writes one of these into a slot of the
+// sender's request box and notifies rendezvous_write_request(slot); the
+// sender writes [source_offset, source_offset + length) of rendezvous `id`
+// to `destination_address` and notifies rendezvous_written(slot) with the
+// last byte.
+struct RendezvousWriteRequest {
+  uint64_t destination_address;
+  uint64_t source_offset;
+  uint64_t length;
+  uint32_t destination_key;
+  uint32_t id;
+};
+static_assert(sizeof(RendezvousWriteRequest) == 32);
+
+// The request box: the bytes right after a ring, in the ring's registration
+// (so the ring's key reaches it and nothing else), one slot per request.
+// A receiver has at most kMostWriteRequestsInFlight unanswered requests and
+// uses the slots in turn, so a slot is never reused while its request waits.
+inline constexpr uint64_t kRequestBoxSize = 4096;
+inline constexpr uint32_t kRequestBoxSlots = kRequestBoxSize / sizeof(RendezvousWriteRequest);
+inline constexpr uint32_t kMostWriteRequestsInFlight = 16;
+static_assert(kMostWriteRequestsInFlight < kRequestBoxSlots);
+
 inline constexpr uint64_t kRecordAlignment = 8;
 inline constexpr uint64_t kRecordHeaderSize = sizeof(RecordHeader);
 

@@ -5,7 +5,7 @@
 
 namespace qpsock::stream {
 
-int BounceBuffer::reserve(Transport& transport, size_t additional) {
+int BounceBuffer::reserve(Transport& transport, size_t additional, MemoryAccess access) {
   const size_t held = held_bytes();
   if (end_ + additional <= memory_.size()) return 0;
   if (held + additional <= memory_.size()) {
@@ -15,8 +15,7 @@ int BounceBuffer::reserve(Transport& transport, size_t additional) {
     if (int error = bigger.map(std::max(held + additional, 2 * memory_.size())); error < 0)
       return error;
     std::unique_ptr<MemoryRegistration> registration;
-    if (int error = transport.register_memory(bigger.data(), bigger.size(),
-                                              MemoryAccess::local_only, registration);
+    if (int error = transport.register_memory(bigger.data(), bigger.size(), access, registration);
         error < 0)
       return error;
     if (held > 0) std::memcpy(bigger.data(), memory_.data() + begin_, held);

@@ -36,8 +36,9 @@ struct IncomingRendezvous {
 class BounceBuffer {
  public:
   // Makes room for `additional` bytes after the held ones (moving them to the
-  // front, or into a bigger registered buffer). 0 or -errno.
-  int reserve(Transport& transport, size_t additional);
+  // front, or into a bigger buffer registered for `access`: local_only for
+  // our reads, remote_write for the peer's writes). 0 or -errno.
+  int reserve(Transport& transport, size_t additional, MemoryAccess access);
   const std::byte* held() const { return memory_.data() + begin_; }
   size_t held_bytes() const { return end_ - begin_; }
   // Where the next `length` pulled bytes land (reserve() first).

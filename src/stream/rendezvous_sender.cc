@@ -10,7 +10,9 @@ RendezvousDescriptor RendezvousSender::start(const void* source, uint64_t length
                                              const RegistrationLease& lease) {
   const uint32_t id = next_id_;
   next_id_ = next_id_ == kLargestNotificationValue ? 1 : next_id_ + 1;
-  entries_.push_back({id, length, RendezvousOutcome::pending});
+  // Slices carry mutable pointers because reads land in them; a write only reads.
+  auto* bytes = static_cast<std::byte*>(const_cast<void*>(source));
+  entries_.push_back({id, bytes, length, lease.get()});
   return RendezvousDescriptor{reinterpret_cast<uint64_t>(source), length, lease->remote_key(), id};
 }
 
@@ -34,6 +36,27 @@ bool RendezvousSender::on_answer(uint32_t id, RendezvousOutcome outcome) {
 RendezvousOutcome RendezvousSender::outcome(uint32_t id) const {
   const Entry* entry = find(id);
   return entry == nullptr ? RendezvousOutcome::pending : entry->outcome;
+}
+
+bool RendezvousSender::settled(uint32_t id) const {
+  const Entry* entry = find(id);
+  return entry == nullptr ||
+         (entry->outcome != RendezvousOutcome::pending && entry->writes_in_flight == 0);
+}
+
+std::optional<LocalSlice> RendezvousSender::accept_write_request(uint32_t id, uint64_t offset,
+                                                                 uint64_t length) {
+  Entry* entry = find(id);
+  if (entry == nullptr || entry->outcome != RendezvousOutcome::pending || length == 0 ||
+      offset > entry->length || length > entry->length - offset)
+    return std::nullopt;
+  ++entry->writes_in_flight;
+  return LocalSlice{entry->source + offset, length, entry->registration};
+}
+
+void RendezvousSender::on_write_completed(uint32_t id) {
+  if (Entry* entry = find(id); entry != nullptr && entry->writes_in_flight > 0)
+    --entry->writes_in_flight;
 }
 
 void RendezvousSender::finish(uint32_t id) {

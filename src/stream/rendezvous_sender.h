@@ -1,7 +1,10 @@
 // The sender's side of zero-copy writes: a large contiguous piece of a blocking
-// send is registered for remote read and described in a rendezvous record; the
-// receiver pulls it with RDMA reads and answers rendezvous_done. The sending
-// thread returns only then, so its buffer is untouched until the bytes left.
+// send is registered and described in a rendezvous record; the receiver pulls
+// it with RDMA reads (RendezvousMethod::read), or asks for it piece by piece
+// and the sender writes each piece into the receiver's buffer
+// (RendezvousMethod::write), and answers rendezvous_done. The sending thread
+// returns only then, and once no write of its own still reads the buffer, so
+// its buffer is untouched until the bytes left.
 //
 // If the sending thread is interrupted by a signal while it waits, it asks the
 // receiver to cancel: the receiver declines a rendezvous it has not started
@@ -10,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "stream/record.h"
@@ -28,6 +32,15 @@ class RendezvousSender {
   // The receiver's answer; false for an id not pending (a protocol error).
   bool on_answer(uint32_t id, RendezvousOutcome outcome);
   RendezvousOutcome outcome(uint32_t id) const;
+  // Answered, and none of our writes of it still reads its buffer: the
+  // sending thread may give the buffer back.
+  bool settled(uint32_t id) const;
+  // RendezvousMethod::write: the receiver asks for `length` bytes from
+  // `offset` of rendezvous `id`. The slice to write them from (counted as a
+  // write in flight until on_write_completed), or nothing if the request
+  // names no pending rendezvous or bytes beyond it (a protocol error).
+  std::optional<LocalSlice> accept_write_request(uint32_t id, uint64_t offset, uint64_t length);
+  void on_write_completed(uint32_t id);
   // Stops tracking `id` (its sender has returned).
   void finish(uint32_t id);
   // Bytes of started rendezvous not yet answered (part of SIOCOUTQ).
@@ -36,8 +49,11 @@ class RendezvousSender {
  private:
   struct Entry {
     uint32_t id;
+    std::byte* source;
     uint64_t length;
-    RendezvousOutcome outcome;
+    const MemoryRegistration* registration;  // the sending thread's lease holds it
+    RendezvousOutcome outcome = RendezvousOutcome::pending;
+    uint32_t writes_in_flight = 0;
   };
   Entry* find(uint32_t id);
   const Entry* find(uint32_t id) const;

@@ -35,7 +35,10 @@ int Stream::create(std::unique_ptr<Transport> transport, const StreamSettings& s
     return -EINVAL;
   auto created = std::make_unique<Stream>(ConstructionKey{}, std::move(transport), settings,
                                          std::move(registrations));
-  if (int error = created->transport_->map_receive_ring(settings.ring_size, created->ring_);
+  // Writing a rendezvous, the peer asks for its bytes in the box after our ring.
+  const uint64_t request_box = settings.rendezvous_method == RendezvousMethod::write ? kRequestBoxSize : 0;
+  if (int error = created->transport_->map_receive_ring(settings.ring_size + request_box,
+                                                        created->ring_);
       error < 0)
     return error;
   if (int error = created->transport_->register_memory(created->ring_.data(), created->ring_.size(),
@@ -59,7 +62,7 @@ Stream::~Stream() = default;
 
 StreamEndpoint Stream::local_endpoint() const {
   return StreamEndpoint{reinterpret_cast<uint64_t>(ring_.data()), ring_registration_->remote_key(),
-                        ring_.size(), transport_->notification_capacity()};
+                        settings_.ring_size, transport_->notification_capacity()};
 }
 
 int Stream::connect(const StreamEndpoint& peer) {
@@ -80,6 +83,15 @@ int Stream::connect(const StreamEndpoint& peer) {
   if (int error = eager_->prepare(); error < 0) {
     eager_.reset();
     return error;
+  }
+  if (writes_rendezvous()) {
+    if (int error = request_outbox_.map(kRequestBoxSize); error < 0) return error;
+    if (int error = transport_->register_memory(request_outbox_.data(), request_outbox_.size(),
+                                                MemoryAccess::local_only,
+                                                request_outbox_registration_);
+        error < 0)
+      return error;
+    peer_request_box_ = RemoteRegion{peer.ring_address + peer.ring_size, peer.ring_key};
   }
   send_credit_.emplace(window);
   window_.emplace(peer.notification_capacity, transport_->notification_capacity());
@@ -309,6 +321,11 @@ int Stream::take_error() {
 uint32_t Stream::notifications_in_flight() {
   std::lock_guard state(state_mutex_);
   return window_ ? window_->counted_in_flight() : 0;
+}
+
+RendezvousCounts Stream::rendezvous_counts() {
+  std::lock_guard state(state_mutex_);
+  return rendezvous_counts_;
 }
 
 bool Stream::broken() {

@@ -63,6 +63,15 @@ using ControlEventHandler = std::function<ControlVerdict(short revents)>;
 // under the stream's state lock: it must not wait or call into the stream.
 using ControlEndProbe = std::function<bool()>;
 
+// How much went by rendezvous (zero-copy), for statistics and tests.
+struct RendezvousCounts {
+  uint64_t sent = 0;             // our rendezvous the peer took whole
+  uint64_t bytes_sent = 0;
+  uint64_t received = 0;         // the peer's rendezvous we took whole
+  uint64_t bytes_received = 0;
+  uint64_t pieces_pulled = 0;    // reads we posted, or write requests we sent
+};
+
 struct CloseResult {
   size_t unread_bytes;  // data the application never read: reset the TCP connection, as TCP does
   int error;            // 0, or -errno if the last writes could not be flushed
@@ -159,6 +168,7 @@ class Stream {
 
   // Test and statistics hooks.
   uint32_t notifications_in_flight();
+  RendezvousCounts rendezvous_counts();
   bool broken();
 
  private:
@@ -180,6 +190,14 @@ class Stream {
   // A post the transport refused (error < 0) ends the stream; the log says which.
   void post_failed_locked(const char* what, int error);
   void protocol_error_locked(const char* what);
+  // RendezvousMethod::write, the sender's side: the peer asks for bytes of
+  // one of our rendezvous (its request is in our box's `slot`); queued, and
+  // posted by post_rendezvous_writes_locked as slots and queue entries allow.
+  void on_write_request_locked(uint32_t slot);
+  void post_rendezvous_writes_locked();
+  // The receiver's side: the bytes asked for in `slot` landed.
+  void on_written_locked(uint32_t slot);
+  bool writes_rendezvous() const { return settings_.rendezvous_method == RendezvousMethod::write; }
   // The link went without the peer's end of stream: did its process end
   // (exit or kill) with nothing of ours unread? See break_connection_locked.
   bool peer_process_ended_cleanly_locked();
@@ -252,6 +270,20 @@ class Stream {
                   ByteRange destination);
   int run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
                LocalSlice landing);
+  // One piece of a pull: a read of the sender's buffer, or a request that
+  // the sender write it (RendezvousMethod::write). 0 or -errno.
+  int post_pull_piece_locked(const IncomingRendezvous& rendezvous, LocalSlice piece,
+                             uint64_t source_offset);
+  // What may land in our memory by the peer's hand: the bounce buffer and
+  // the application buffers a pull lands in.
+  MemoryAccess landing_access() const {
+    return writes_rendezvous() ? MemoryAccess::remote_write : MemoryAccess::local_only;
+  }
+  // What the peer may do with a rendezvous source: read it, or nothing (we
+  // write it ourselves).
+  MemoryAccess source_access() const {
+    return writes_rendezvous() ? MemoryAccess::local_only : MemoryAccess::remote_read;
+  }
 
   std::unique_ptr<Transport> transport_;  // destroyed last: registrations below refer to it
   StreamSettings settings_;
@@ -278,7 +310,8 @@ class Stream {
   RendezvousSender rendezvous_out_;
   RendezvousReceiver rendezvous_in_;
   uint32_t posts_outstanding_ = 0;
-  uint32_t reads_outstanding_ = 0;
+  // Pieces of the pull in progress not yet landed: reads, or write requests.
+  uint32_t pull_pieces_outstanding_ = 0;
   uint64_t unnotified_ring_bytes_ = 0;  // written with MSG_MORE, not yet announced
   uint64_t unnotified_payload_ = 0;
   uint64_t unsent_payload_ = 0;         // posted, not yet completed
@@ -307,6 +340,22 @@ class Stream {
   uint64_t activity_ = 0;
   std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels
+  RendezvousCounts rendezvous_counts_;
+  // RendezvousMethod::write: pieces of our rendezvous the peer asked for,
+  // not yet posted; the slots of our requests in the peer's box.
+  struct RendezvousWrite {
+    uint32_t id;
+    uint32_t slot;
+    LocalSlice source;
+    RemoteRegion destination;
+  };
+  std::deque<RendezvousWrite> rendezvous_writes_;
+  RemoteRegion peer_request_box_{};
+  uint32_t next_request_slot_ = 0;  // where our next request goes
+  uint32_t next_written_slot_ = 0;  // the request the peer answers next
+  // Our requests' bytes, posted from here (a post may be too big to go inline).
+  MappedMemory request_outbox_;
+  std::unique_ptr<MemoryRegistration> request_outbox_registration_;
 
   // --- guarded by receive_mutex_ ---
   uint64_t read_offset_ = 0;  // the head record's offset

@@ -35,6 +35,8 @@ void Stream::dispatch_locked(const Completion& completion) {
   switch (completion.kind) {
     case CompletionKind::write_done:
       if (posts_outstanding_ > 0) --posts_outstanding_;
+      if (post_kind(completion.cookie) == PostKind::rendezvous_write)
+        rendezvous_out_.on_write_completed(cookie_rendezvous_id(completion.cookie));
       if (post_kind(completion.cookie) == PostKind::ring_write) {
         unsent_payload_ -= std::min<uint64_t>(cookie_payload_bytes(completion.cookie), unsent_payload_);
         if (completion.status == 0)
@@ -43,7 +45,7 @@ void Stream::dispatch_locked(const Completion& completion) {
       break;
     case CompletionKind::read_done:
       if (posts_outstanding_ > 0) --posts_outstanding_;
-      if (reads_outstanding_ > 0) --reads_outstanding_;
+      if (pull_pieces_outstanding_ > 0) --pull_pieces_outstanding_;
       break;
     case CompletionKind::arrived:
       if (completion.status == 0 && !broken_) {
@@ -97,7 +99,62 @@ void Stream::on_notification_locked(const Notification& notification) {
     case NotificationKind::reader_gone:
       peer_reader_gone_ = true;
       break;
+    case NotificationKind::rendezvous_write_request:
+      on_write_request_locked(notification.value);
+      break;
+    case NotificationKind::rendezvous_written:
+      on_written_locked(notification.value);
+      break;
   }
+}
+
+void Stream::on_write_request_locked(uint32_t slot) {
+  if (!writes_rendezvous() || slot >= kRequestBoxSlots) {
+    protocol_error_locked("a rendezvous write request where none may come");
+    return;
+  }
+  // The peer wrote the request into our box before the immediate that
+  // brought us here (RC order): it is complete. It is the peer's to write,
+  // so it is checked against what we offered before anything is posted.
+  RendezvousWriteRequest request;
+  std::memcpy(&request, ring_.data() + settings_.ring_size + slot * sizeof(request),
+              sizeof(request));
+  const std::optional<LocalSlice> source =
+      rendezvous_out_.accept_write_request(request.id, request.source_offset, request.length);
+  if (!source) {
+    protocol_error_locked("a rendezvous write request for bytes we did not offer");
+    return;
+  }
+  rendezvous_writes_.push_back(
+      {request.id, slot, *source, RemoteRegion{request.destination_address, request.destination_key}});
+}
+
+void Stream::post_rendezvous_writes_locked() {
+  while (!rendezvous_writes_.empty() && window_->can_send_counted() && send_queue_has_room_locked(1)) {
+    const RendezvousWrite write = rendezvous_writes_.front();
+    rendezvous_writes_.pop_front();
+    window_->on_counted_sent();
+    ++posts_outstanding_;
+    const int error = transport_->post_write(
+        {&write.source, 1}, write.destination,
+        encode_notification({NotificationKind::rendezvous_written, write.slot}),
+        rendezvous_write_cookie(write.id));
+    if (error < 0) {
+      --posts_outstanding_;
+      rendezvous_out_.on_write_completed(write.id);
+      post_failed_locked("a rendezvous write", error);
+      return;
+    }
+  }
+}
+
+void Stream::on_written_locked(uint32_t slot) {
+  if (!writes_rendezvous() || pull_pieces_outstanding_ == 0 || slot != next_written_slot_) {
+    protocol_error_locked("rendezvous bytes written that we did not ask for");
+    return;
+  }
+  next_written_slot_ = (next_written_slot_ + 1) % kRequestBoxSlots;
+  --pull_pieces_outstanding_;
 }
 
 // Counts the records the peer just announced: readable bytes, rendezvous
@@ -166,6 +223,8 @@ void Stream::flush_notifications_locked() {
     pending_replies_.pop_front();
     if (!post_notification_locked(reply.kind, reply.value)) return;
   }
+  post_rendezvous_writes_locked();
+  if (broken_) return;
   if (end_of_stream_pending_ && unnotified_ring_bytes_ == 0 && send_queue_has_room_locked(1)) {
     window_->take_end_of_stream_slot();
     end_of_stream_pending_ = false;

@@ -1,8 +1,11 @@
-// RDMA reads of the front rendezvous, into the application's buffer or the
-// bounce buffer. While its reads are in flight the puller holds no lock;
-// pull_active_ keeps other receivers out until it has taken its bytes.
+// Pulling the front rendezvous into the application's buffer or the bounce
+// buffer: with RDMA reads, or by asking the sender to write the bytes there
+// (RendezvousMethod::write). While its pieces are in flight the puller holds
+// no lock; pull_active_ keeps other receivers out until it has taken its
+// bytes.
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "stream/stream.h"
 
@@ -26,7 +29,7 @@ int Stream::pull_direct(StateLock& receive_lock, StateLock& state, IncomingRende
   state.unlock();
   RegistrationLease lease;
   const int registered = registrations_->acquire(destination.data, destination.length,
-                                                 MemoryAccess::local_only, lease);
+                                                 landing_access(), lease);
   state.lock();
   if (registered < 0) return 1;
   return run_pull(receive_lock, state, rendezvous,
@@ -38,7 +41,7 @@ int Stream::pull_into_bounce(StateLock& receive_lock, StateLock& state,
   rendezvous.claimed = true;
   BounceBuffer& bounce = rendezvous_in_.bounce();
   state.unlock();
-  const int reserved = bounce.reserve(*transport_, length);
+  const int reserved = bounce.reserve(*transport_, length, landing_access());
   state.lock();
   if (reserved < 0) return reserved;
   const int pulled = run_pull(receive_lock, state, rendezvous, bounce.landing(length));
@@ -51,41 +54,44 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
   if (broken_) return -ECONNRESET;
   pull_active_ = true;
   receive_lock.unlock();
-  const RendezvousDescriptor& source = rendezvous.descriptor;
-  const uint32_t most_reads = transport_->max_outstanding_reads();
-  const uint64_t largest_read =
-      std::clamp<uint64_t>(transport_->max_read_length(), 1, kLargestRead);
+  // A request is a counted notification (it takes one of the peer's slots)
+  // and a slot of the peer's request box; a read takes an initiator slot.
+  const bool by_write = writes_rendezvous();
+  const uint32_t most_pieces =
+      by_write ? kMostWriteRequestsInFlight : transport_->max_outstanding_reads();
+  const uint64_t largest_piece =
+      by_write ? kLargestRead : std::clamp<uint64_t>(transport_->max_read_length(), 1, kLargestRead);
   uint64_t done = 0;
   while (done < landing.length && !broken_) {
     const int waited = wait_until(
         state,
-        [&] { return reads_outstanding_ < most_reads && send_queue_has_room_locked(1); }, {});
+        [&] {
+          return pull_pieces_outstanding_ < most_pieces && send_queue_has_room_locked(1) &&
+                 (!by_write || window_->can_send_counted());
+        },
+        {});
     if (waited < 0 || broken_) break;
-    const uint64_t length = std::min(landing.length - done, largest_read);
-    const LocalSlice piece{landing.address + done, length, landing.registration};
+    const uint64_t length = std::min(landing.length - done, largest_piece);
     // Counted as requested before it lands: a cancel must not decline it now.
-    const RemoteRegion from{source.source_address + rendezvous.requested, source.remote_key};
+    const uint64_t source_offset = rendezvous.requested;
     rendezvous.requested += length;
-    ++posts_outstanding_;
-    ++reads_outstanding_;
-    if (const int error = transport_->post_read({&piece, 1}, from, plain_cookie(PostKind::read));
-        error < 0) {
-      --posts_outstanding_;
-      --reads_outstanding_;
-      post_failed_locked("a rendezvous read", error);
+    if (post_pull_piece_locked(rendezvous,
+                               LocalSlice{landing.address + done, length, landing.registration},
+                               source_offset) < 0)
       break;
-    }
     done += length;
   }
-  // The reads write into memory we are about to hand out (or hand back):
-  // wait for every one. While the stream is whole that takes what the
-  // hardware takes (an RDMA read of many MiB may take seconds); once it is
-  // broken its transport flushes them, and the wait is bounded, in case the
-  // completion queue died with it.
-  const auto reads_done = [&] { return reads_outstanding_ == 0; };
-  wait_until(state, reads_done, {});
-  if (!reads_done())
-    wait_until(state, reads_done,
+  // The pieces land in memory we are about to hand out (or hand back): wait
+  // for every one. While the stream is whole that takes what the hardware
+  // takes (an RDMA read of many MiB may take seconds). Once it is broken its
+  // transport flushes our reads, and the wait is bounded, in case the
+  // completion queue died with it; the peer's writes can no longer reach us
+  // (the transport is disconnected), so requests are given up at once.
+  const auto pieces_landed = [&] { return pull_pieces_outstanding_ == 0; };
+  wait_until(state, pieces_landed, {});
+  if (broken_ && by_write) pull_pieces_outstanding_ = 0;
+  if (!pieces_landed())
+    wait_until(state, pieces_landed,
                {.until_broken = false, .deadline = Clock::now() + kReadFlushLimit});
   // Take the receive lock back (it comes before the state lock) while
   // pull_active_ still keeps other receivers away from the rendezvous.
@@ -95,6 +101,45 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
   pull_active_ = false;
   notify_waiters_locked();
   return broken_ ? -ECONNRESET : 0;
+}
+
+}  // namespace qpsock::stream
+
+namespace qpsock::stream {
+
+int Stream::post_pull_piece_locked(const IncomingRendezvous& rendezvous, LocalSlice piece,
+                                   uint64_t source_offset) {
+  const RendezvousDescriptor& source = rendezvous.descriptor;
+  ++posts_outstanding_;
+  ++pull_pieces_outstanding_;
+  ++rendezvous_counts_.pieces_pulled;
+  int error = 0;
+  if (writes_rendezvous()) {
+    const uint32_t slot = next_request_slot_;
+    next_request_slot_ = (next_request_slot_ + 1) % kRequestBoxSlots;
+    const RendezvousWriteRequest request{reinterpret_cast<uint64_t>(piece.address), source_offset,
+                                         piece.length, piece.registration->remote_key(), source.id};
+    std::byte* outgoing = request_outbox_.data() + slot * sizeof(request);
+    std::memcpy(outgoing, &request, sizeof(request));
+    const LocalSlice request_bytes{outgoing, sizeof(request), request_outbox_registration_.get()};
+    window_->on_counted_sent();
+    error = transport_->post_write(
+        {&request_bytes, 1},
+        RemoteRegion{peer_request_box_.address + slot * sizeof(request), peer_request_box_.key},
+        encode_notification({NotificationKind::rendezvous_write_request, slot}),
+        plain_cookie(PostKind::notification));
+  } else {
+    error = transport_->post_read(
+        {&piece, 1}, RemoteRegion{source.source_address + source_offset, source.remote_key},
+        plain_cookie(PostKind::read));
+  }
+  if (error < 0) {
+    --posts_outstanding_;
+    --pull_pieces_outstanding_;
+    post_failed_locked(writes_rendezvous() ? "a rendezvous write request" : "a rendezvous read",
+                       error);
+  }
+  return error;
 }
 
 }  // namespace qpsock::stream

@@ -197,6 +197,8 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
     if (result < 0) return result;
   }
   if (rendezvous->untaken() == 0) {
+    ++rendezvous_counts_.received;
+    rendezvous_counts_.bytes_received += rendezvous->descriptor.length;
     pending_replies_.push_back({NotificationKind::rendezvous_done, rendezvous->descriptor.id});
     consume_record_locked(record);
     rendezvous_in_.pop_front();

@@ -54,7 +54,7 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
       state.unlock();
       // Registering can take a while: no lock is held.
       RegistrationLease lease;
-      if (registrations_->acquire(piece.data, piece.length, MemoryAccess::remote_read, lease) < 0) {
+      if (registrations_->acquire(piece.data, piece.length, source_access(), lease) < 0) {
         copy_anyway = piece.length;
         continue;
       }

@@ -1,5 +1,6 @@
 // Stream::send_rendezvous: a large piece of a blocking send, pulled by the
-// peer straight from the application's buffer.
+// peer straight from the application's buffer, or written by us straight
+// into the peer application's buffer as it asks (stream_progress.cc).
 #include <cerrno>
 
 #include "common/log.h"
@@ -23,16 +24,20 @@ ssize_t Stream::send_rendezvous(StateLock& state, ByteRange piece, const Registr
   ssize_t if_declined = -EINTR;
   for (;;) {
     const RendezvousOutcome outcome = rendezvous_out_.outcome(id);
-    if (outcome != RendezvousOutcome::pending || broken_) {
+    if (rendezvous_out_.settled(id) || broken_) {
       rendezvous_out_.finish(id);
-      if (outcome == RendezvousOutcome::done) return static_cast<ssize_t>(piece.length);
+      if (outcome == RendezvousOutcome::done) {
+        ++rendezvous_counts_.sent;
+        rendezvous_counts_.bytes_sent += piece.length;
+        return static_cast<ssize_t>(piece.length);
+      }
       if (outcome == RendezvousOutcome::declined) return if_declined;
       return -EPIPE;
     }
     std::optional<Clock::time_point> wait_deadline;
     if (!cancel_asked) wait_deadline = sooner_than_timeout ? patience_ends : deadline;
     const int waited = wait_until(
-        state, [&] { return rendezvous_out_.outcome(id) != RendezvousOutcome::pending; },
+        state, [&] { return rendezvous_out_.settled(id); },
         {.interruptible = !cancel_asked, .deadline = wait_deadline});
     if (cancel_asked || (waited != -EINTR && waited != -ETIMEDOUT)) continue;
     // Declined after a signal: EINTR; after SO_SNDTIMEO ran out: EAGAIN;

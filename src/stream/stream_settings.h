@@ -9,6 +9,19 @@ namespace qpsock::stream {
 
 inline constexpr uint64_t kNoRendezvous = UINT64_MAX;
 
+// How the bytes of a rendezvous move. Both ends of a stream must use the same.
+enum class RendezvousMethod : uint8_t {
+  // The receiver pulls them with one-sided reads of the sender's buffer
+  // (shm: process_vm_readv).
+  read,
+  // The receiver asks, the sender writes them with one-sided writes into the
+  // receiver's buffer (RDMA WRITE WITH IMM): no read is ever retransmitted
+  // (Soft-RoCE can fail a queue pair then), and the number of reads a queue
+  // pair may have outstanding (often 8 or 16) does not bound the pipeline.
+  // Each ring is followed by a request box (ring_layout.h).
+  write,
+};
+
 struct StreamSettings {
   // Our receive ring (the peer's eager writes land here); a power of two.
   uint64_t ring_size = uint64_t{1} << 20;
@@ -21,6 +34,7 @@ struct StreamSettings {
   // rendezvous (zero-copy); smaller ones, and non-blocking sends, are copied.
   // kNoRendezvous: every write is copied.
   uint64_t rendezvous_threshold = uint64_t{64} << 10;
+  RendezvousMethod rendezvous_method = RendezvousMethod::read;
   // How long a rendezvous waits for the peer to take it before the sender
   // withdraws it (if the peer took nothing) and copies the bytes instead, as
   // TCP would have buffered them for a peer that is not reading.

@@ -91,8 +91,9 @@ inline ssize_t receive_bytes(Stream& stream, std::span<uint8_t> bytes, int flags
 }
 
 // Settings small enough that tests wrap rings and run out of credit quickly.
-inline StreamSettings small_settings() {
+inline StreamSettings small_settings(RendezvousMethod method = RendezvousMethod::read) {
   StreamSettings settings;
+  settings.rendezvous_method = method;
   settings.ring_size = 64 << 10;
   settings.eager_chunk = 8 << 10;
   settings.rendezvous_threshold = 32 << 10;

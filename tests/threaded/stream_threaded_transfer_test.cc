@@ -35,8 +35,10 @@ size_t random_size(std::mt19937_64& random) {
 // The defaults (1 MiB ring, 64 KiB chunks and threshold), with a patience
 // long enough that a slow reader (sanitizers) still pulls: the withdrawal
 // has a test of its own.
-StreamSettings threaded_settings(std::chrono::microseconds patience = std::chrono::seconds{1}) {
+StreamSettings threaded_settings(std::chrono::microseconds patience = std::chrono::seconds{1},
+                                 RendezvousMethod method = RendezvousMethod::read) {
   StreamSettings settings;
+  settings.rendezvous_method = method;
   settings.spin_time = std::chrono::microseconds{20};
   settings.rendezvous_patience = patience;
   return settings;
@@ -127,6 +129,10 @@ void move_both_directions_with_four_threads(const StreamSettings& settings) {
   EXPECT_EQ(received_back.checksum, sent_back.checksum);
   EXPECT_EQ(received_forward.bytes, total);
   EXPECT_EQ(received_back.bytes, total);
+  // Rendezvous was exercised (unless every one is withdrawn at once).
+  if (settings.rendezvous_patience > std::chrono::microseconds{0}) {
+    EXPECT_GT(pair.second->rendezvous_counts().bytes_received, 0u);
+  }
 }
 
 TEST(StreamThreaded, BothDirectionsAtOnceWithFourThreads) {
@@ -141,6 +147,20 @@ TEST(StreamThreaded, BothDirectionsAtOnceWithFourThreads) {
 TEST(StreamThreaded, BothDirectionsAtOnceWithEveryRendezvousWithdrawnAtOnce) {
   Watchdog watchdog(120s, "bidirectional transfer, no patience");
   move_both_directions_with_four_threads(threaded_settings(std::chrono::microseconds{0}));
+}
+
+// The same with the sender writing each rendezvous as the receiver asks
+// (RendezvousMethod::write, as over verbs), withdrawn or not.
+TEST(StreamThreaded, BothDirectionsAtOnceWritingEveryRendezvous) {
+  Watchdog watchdog(120s, "bidirectional transfer by write");
+  move_both_directions_with_four_threads(
+      threaded_settings(std::chrono::seconds{1}, RendezvousMethod::write));
+}
+
+TEST(StreamThreaded, BothDirectionsAtOnceWritingEveryRendezvousWithdrawnAtOnce) {
+  Watchdog watchdog(120s, "bidirectional transfer by write, no patience");
+  move_both_directions_with_four_threads(
+      threaded_settings(std::chrono::microseconds{0}, RendezvousMethod::write));
 }
 
 TEST(StreamThreaded, OneThreadReadsWhileAnotherWritesTheSameStream) {
@@ -181,14 +201,13 @@ TEST(StreamThreaded, OneThreadReadsWhileAnotherWritesTheSameStream) {
   EXPECT_EQ(echoed.checksum, sent.checksum);
 }
 
-TEST(StreamThreaded, TinyRingAndOneNotificationSlotUnderLoad) {
-  Watchdog watchdog(120s, "tiny resources");
+void move_both_ways_with_tiny_resources(RendezvousMethod method) {
   LoopbackOptions options;
   options.notification_capacity = 4;
   options.send_queue_depth = 6;
   options.max_outstanding_reads = 1;
   options.max_inline = 0;
-  StreamSettings settings = testing::small_settings();
+  StreamSettings settings = testing::small_settings(method);
   settings.spin_time = std::chrono::microseconds{0};
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair(options, settings, settings, pair), 0);
@@ -205,6 +224,20 @@ TEST(StreamThreaded, TinyRingAndOneNotificationSlotUnderLoad) {
   EXPECT_EQ(received_forward.checksum, sent_forward.checksum);
   EXPECT_EQ(received_back.checksum, sent_back.checksum);
   EXPECT_FALSE(pair.first_transport->link_broken());
+  // Rendezvous went both ways, each asking and answering through the one
+  // counted notification slot.
+  EXPECT_GT(pair.first->rendezvous_counts().received, 0u);
+  EXPECT_GT(pair.second->rendezvous_counts().received, 0u);
+}
+
+TEST(StreamThreaded, TinyRingAndOneNotificationSlotUnderLoad) {
+  Watchdog watchdog(120s, "tiny resources");
+  move_both_ways_with_tiny_resources(RendezvousMethod::read);
+}
+
+TEST(StreamThreaded, TinyRingAndOneNotificationSlotUnderLoadWritingEveryRendezvous) {
+  Watchdog watchdog(120s, "tiny resources, rendezvous by write");
+  move_both_ways_with_tiny_resources(RendezvousMethod::write);
 }
 
 }  // namespace

@@ -189,6 +189,8 @@ struct ScenarioOutcome {
 
 bool reset_like(ssize_t result) { return result == -ECONNRESET || result == -EPIPE; }
 
+constexpr RendezvousMethod kBothMethods[] = {RendezvousMethod::read, RendezvousMethod::write};
+
 ScenarioOutcome run_scenario(LoopbackStreamPair& pair) {
   ScenarioOutcome outcome;
   Stream& a = *pair.first;
@@ -244,10 +246,12 @@ ScenarioOutcome run_scenario(LoopbackStreamPair& pair) {
 
 TEST(StreamFaultSweep, APostFailingAtAnyStepEndsInAResetNotAHang) {
   Watchdog watchdog(120s, "post fault sweep");
+  for (RendezvousMethod method : kBothMethods)
   for (int side = 0; side < 2; ++side) {
     for (uint64_t post = 1; post <= 40; ++post) {
+      SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
       LoopbackStreamPair pair;
-      ASSERT_EQ(make_loopback_stream_pair({}, small_settings(), small_settings(), pair), 0);
+      ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
       (side == 0 ? pair.first_transport : pair.second_transport)
           ->inject({.fail_post_number = post, .fail_completions_after = std::nullopt});
       const ScenarioOutcome outcome = run_scenario(pair);
@@ -265,10 +269,12 @@ TEST(StreamFaultSweep, APostFailingAtAnyStepEndsInAResetNotAHang) {
 
 TEST(StreamFaultSweep, ACompletionFailingAtAnyStepEndsInAResetNotAHang) {
   Watchdog watchdog(120s, "completion fault sweep");
+  for (RendezvousMethod method : kBothMethods)
   for (int side = 0; side < 2; ++side) {
     for (uint64_t completions = 0; completions <= 40; ++completions) {
+      SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
       LoopbackStreamPair pair;
-      ASSERT_EQ(make_loopback_stream_pair({}, small_settings(), small_settings(), pair), 0);
+      ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
       (side == 0 ? pair.first_transport : pair.second_transport)
           ->inject({.fail_post_number = std::nullopt, .fail_completions_after = completions});
       const ScenarioOutcome outcome = run_scenario(pair);
@@ -285,8 +291,10 @@ TEST(StreamFaultSweep, ACompletionFailingAtAnyStepEndsInAResetNotAHang) {
 }
 
 TEST(StreamPeerDropped, MidRendezvousBothSidesSeeAReset) {
+  for (RendezvousMethod method : kBothMethods) {
+  SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
   LoopbackStreamPair pair;
-  ASSERT_EQ(make_loopback_stream_pair({}, small_settings(), small_settings(), pair), 0);
+  ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
   Watchdog watchdog(30s);
   std::vector<uint8_t> data(1 << 20);
   fill_pattern(10, 0, data);
@@ -306,6 +314,7 @@ TEST(StreamPeerDropped, MidRendezvousBothSidesSeeAReset) {
   EXPECT_LT(received, data.size());
   EXPECT_EQ(first_mismatch(10, 0, {in.data(), received}), -1);
   EXPECT_EQ(receive_bytes(*pair.second, in), 0);
+  }
 }
 
 TEST(StreamPeerDropped, ABlockedWriterWakesWithAReset) {
@@ -327,8 +336,10 @@ TEST(StreamPeerDropped, ABlockedWriterWakesWithAReset) {
 }
 
 TEST(StreamAbort, AbortDuringARendezvousReturnsAndTheBufferIsNoLongerReadable) {
+  for (RendezvousMethod method : kBothMethods) {
+  SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
   LoopbackStreamPair pair;
-  ASSERT_EQ(make_loopback_stream_pair({}, small_settings(), small_settings(), pair), 0);
+  ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
   Watchdog watchdog(30s);
   std::vector<uint8_t> data(1 << 20, 3);
   std::atomic<ssize_t> sent{1};
@@ -340,6 +351,41 @@ TEST(StreamAbort, AbortDuringARendezvousReturnsAndTheBufferIsNoLongerReadable) {
   std::vector<uint8_t> in(data.size());
   EXPECT_EQ(receive_bytes(*pair.second, in), -ECONNRESET);
   EXPECT_EQ(pair.second_transport->statistics().bytes_read, 0u);
+  EXPECT_EQ(pair.second->rendezvous_counts().bytes_received, 0u);
+  }
+}
+
+// RendezvousMethod::write: the peer's requests and answers are checked
+// before anything is posted or believed.
+TEST(StreamWriteRequests, ARequestForBytesNeverOfferedIsAProtocolError) {
+  Watchdog watchdog(30s);
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair({}, small_settings(RendezvousMethod::write),
+                                      small_settings(RendezvousMethod::write), pair),
+            0);
+  // A request box slot that holds nothing we offered (no rendezvous is pending).
+  ASSERT_EQ(pair.second_transport->post_write(
+                {}, RemoteRegion{0, 0},
+                encode_notification({NotificationKind::rendezvous_write_request, 3}), 0),
+            0);
+  std::vector<uint8_t> buffer(10);
+  EXPECT_EQ(receive_bytes(*pair.first, buffer, MSG_DONTWAIT), -ECONNRESET);
+  EXPECT_TRUE(pair.first->broken());
+}
+
+TEST(StreamWriteRequests, BytesWrittenThatWereNeverAskedForAreAProtocolError) {
+  Watchdog watchdog(30s);
+  for (RendezvousMethod method : kBothMethods) {
+    SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+    LoopbackStreamPair pair;
+    ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
+    ASSERT_EQ(pair.second_transport->post_write(
+                  {}, RemoteRegion{0, 0},
+                  encode_notification({NotificationKind::rendezvous_written, 0}), 0),
+              0);
+    std::vector<uint8_t> buffer(10);
+    EXPECT_EQ(receive_bytes(*pair.first, buffer, MSG_DONTWAIT), -ECONNRESET);
+  }
 }
 
 }  // namespace

@@ -33,19 +33,40 @@ void install_interrupting_handler() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
-class StreamRendezvousTest : public ::testing::Test {
+// Every case runs with the receiver pulling by reads and with the sender
+// writing as the receiver asks (RendezvousMethod::write, as over verbs).
+class StreamRendezvousTest : public ::testing::TestWithParam<RendezvousMethod> {
  protected:
   void SetUp() override {
-    ASSERT_EQ(make_loopback_stream_pair({}, small_settings(), small_settings(), pair_), 0);
+    ASSERT_EQ(make_loopback_stream_pair({}, settings(), settings(), pair_), 0);
   }
+  StreamSettings settings() const { return small_settings(GetParam()); }
   Stream& writer() { return *pair_.first; }
   Stream& reader() { return *pair_.second; }
-  LoopbackStatistics pulls() { return pair_.second_transport->statistics(); }
+  RendezvousCounts taken() { return reader().rendezvous_counts(); }
+  // One-sided operations that moved rendezvous bytes: the reader's reads, or
+  // the writer's writes outside the reader's ring (none by the reader).
+  void expect_moved_by(RendezvousMethod method) {
+    if (method == RendezvousMethod::read) {
+      EXPECT_EQ(pair_.first_transport->statistics().reads, 0u);
+    } else {
+      EXPECT_EQ(pair_.second_transport->statistics().reads, 0u);
+      EXPECT_EQ(pair_.first_transport->statistics().reads, 0u);
+    }
+  }
 
   LoopbackStreamPair pair_;
 };
 
-TEST_F(StreamRendezvousTest, TheReaderTakesItInSmallPiecesAndTheWriterWaitsForAll) {
+std::string method_name(const ::testing::TestParamInfo<RendezvousMethod>& info) {
+  return info.param == RendezvousMethod::read ? "Read" : "Write";
+}
+
+INSTANTIATE_TEST_SUITE_P(BothMethods, StreamRendezvousTest,
+                         ::testing::Values(RendezvousMethod::read, RendezvousMethod::write),
+                         method_name);
+
+TEST_P(StreamRendezvousTest, TheReaderTakesItInSmallPiecesAndTheWriterWaitsForAll) {
   Watchdog watchdog(60s);
   const size_t total = 1 << 20;
   std::vector<uint8_t> data(total);
@@ -69,10 +90,12 @@ TEST_F(StreamRendezvousTest, TheReaderTakesItInSmallPiecesAndTheWriterWaitsForAl
   }
   sender.join();
   EXPECT_TRUE(returned);
-  EXPECT_EQ(pulls().bytes_read, total);
+  EXPECT_EQ(taken().bytes_received, total);
+  EXPECT_EQ(writer().rendezvous_counts().bytes_sent, total);
+  expect_moved_by(GetParam());
 }
 
-TEST_F(StreamRendezvousTest, AReaderBufferLargerThanTheWriteAlsoGetsWhatFollows) {
+TEST_P(StreamRendezvousTest, AReaderBufferLargerThanTheWriteAlsoGetsWhatFollows) {
   Watchdog watchdog(60s);
   std::vector<uint8_t> data((200 << 10) + 100);
   fill_pattern(2, 0, data);
@@ -90,8 +113,9 @@ TEST_F(StreamRendezvousTest, AReaderBufferLargerThanTheWriteAlsoGetsWhatFollows)
   sender.join();
   EXPECT_EQ(received, data.size());
   EXPECT_EQ(first_mismatch(2, 0, {in.data(), received}), -1);
-  // A big read lands straight in the application's buffer: one read.
-  EXPECT_LE(pulls().reads, 2u);
+  // A big read lands straight in the application's buffer: one piece.
+  EXPECT_LE(taken().pieces_pulled, 2u);
+  EXPECT_EQ(taken().bytes_received, 200u << 10);
 }
 
 TEST(StreamRendezvousReadLengthTest, APullIsSplitIntoReadsOfTheTransportsLargestLength) {
@@ -114,7 +138,7 @@ TEST(StreamRendezvousReadLengthTest, APullIsSplitIntoReadsOfTheTransportsLargest
   EXPECT_FALSE(pair.second->broken());
 }
 
-TEST_F(StreamRendezvousTest, PeekSeesRendezvousBytesWithoutTakingThem) {
+TEST_P(StreamRendezvousTest, PeekSeesRendezvousBytesWithoutTakingThem) {
   Watchdog watchdog(60s);
   std::vector<uint8_t> data(100 << 10);
   fill_pattern(3, 0, data);
@@ -135,7 +159,7 @@ TEST_F(StreamRendezvousTest, PeekSeesRendezvousBytesWithoutTakingThem) {
   EXPECT_EQ(first_mismatch(3, 0, in), -1);
 }
 
-TEST_F(StreamRendezvousTest, AWritevMixesCopiedAndPulledPieces) {
+TEST_P(StreamRendezvousTest, AWritevMixesCopiedAndPulledPieces) {
   Watchdog watchdog(60s);
   std::vector<uint8_t> data(10 + (100 << 10) + 7 + (200 << 10));
   fill_pattern(4, 0, data);
@@ -149,10 +173,11 @@ TEST_F(StreamRendezvousTest, AWritevMixesCopiedAndPulledPieces) {
   ASSERT_EQ(receive_bytes(reader(), in, MSG_WAITALL), static_cast<ssize_t>(data.size()));
   sender.join();
   EXPECT_EQ(in, data);
-  EXPECT_EQ(pulls().bytes_read, (300u << 10));
+  EXPECT_EQ(taken().bytes_received, (300u << 10));
+  expect_moved_by(GetParam());
 }
 
-TEST_F(StreamRendezvousTest, AnInterruptedWriteIsDeclinedIfNotStarted) {
+TEST_P(StreamRendezvousTest, AnInterruptedWriteIsDeclinedIfNotStarted) {
   install_interrupting_handler();
   Watchdog watchdog(60s);
   std::vector<uint8_t> data(1 << 20, 5);
@@ -167,7 +192,7 @@ TEST_F(StreamRendezvousTest, AnInterruptedWriteIsDeclinedIfNotStarted) {
   sender.join();
   EXPECT_EQ(result, -EINTR);
   EXPECT_EQ(reader().readable_bytes(), 0u);
-  EXPECT_EQ(pulls().reads, 0u);
+  EXPECT_EQ(taken().pieces_pulled, 0u);
   // The stream goes on: the declined bytes are simply not in it.
   ASSERT_EQ(send_bytes(writer(), std::vector<uint8_t>(10, 6)), 10);
   std::vector<uint8_t> in(100);
@@ -175,7 +200,7 @@ TEST_F(StreamRendezvousTest, AnInterruptedWriteIsDeclinedIfNotStarted) {
   EXPECT_EQ(in[0], 6);
 }
 
-TEST_F(StreamRendezvousTest, AnInterruptedWriteFinishesIfTheReaderBegan) {
+TEST_P(StreamRendezvousTest, AnInterruptedWriteFinishesIfTheReaderBegan) {
   install_interrupting_handler();
   Watchdog watchdog(60s);
   std::vector<uint8_t> data(1 << 20);
@@ -197,7 +222,7 @@ TEST_F(StreamRendezvousTest, AnInterruptedWriteFinishesIfTheReaderBegan) {
   EXPECT_EQ(first_mismatch(5, 0, in), -1);
 }
 
-TEST_F(StreamRendezvousTest, AWriteThatFitsTheFreeRingIsCopiedThoughNobodyReads) {
+TEST_P(StreamRendezvousTest, AWriteThatFitsTheFreeRingIsCopiedThoughNobodyReads) {
   Watchdog watchdog(60s);
   // Above the threshold (32 KiB), well inside the empty 64 KiB ring: TCP
   // would take it into its buffers at once.
@@ -207,11 +232,15 @@ TEST_F(StreamRendezvousTest, AWriteThatFitsTheFreeRingIsCopiedThoughNobodyReads)
   std::vector<uint8_t> in(data.size());
   ASSERT_EQ(receive_bytes(reader(), in, MSG_WAITALL), static_cast<ssize_t>(in.size()));
   EXPECT_EQ(first_mismatch(7, 0, in), -1);
-  EXPECT_EQ(pulls().reads, 0u);
+  EXPECT_EQ(taken().pieces_pulled, 0u);
 }
 
+constexpr RendezvousMethod kBothMethods[] = {RendezvousMethod::read, RendezvousMethod::write};
+
 TEST(StreamRendezvousPatience, ARendezvousNobodyTakesIsWithdrawnAndCopied) {
-  StreamSettings settings = small_settings();
+  for (RendezvousMethod method : kBothMethods) {
+  SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+  StreamSettings settings = small_settings(method);
   settings.rendezvous_patience = 5ms;
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair), 0);
@@ -245,7 +274,8 @@ TEST(StreamRendezvousPatience, ARendezvousNobodyTakesIsWithdrawnAndCopied) {
   EXPECT_EQ(result, static_cast<ssize_t>(data.size()));
   EXPECT_EQ(in[first.size() - 1], 1);
   EXPECT_EQ(first_mismatch(8, 0, {in.data() + first.size(), data.size()}), -1);
-  EXPECT_EQ(pair.second_transport->statistics().reads, 0u);
+  EXPECT_EQ(reader.rendezvous_counts().pieces_pulled, 0u);
+  }
 }
 
 // A registration cache that has nothing to give.
@@ -255,14 +285,16 @@ class FailingProvider final : public RegistrationProvider {
 };
 
 TEST(StreamRendezvousFallback, AWriteWhoseBufferCannotBeRegisteredIsCopied) {
+  for (RendezvousMethod method : kBothMethods) {
+  SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
   std::unique_ptr<LoopbackTransport> first_transport, second_transport;
   ASSERT_EQ(LoopbackTransport::make_pair({}, first_transport, second_transport), 0);
   std::unique_ptr<Stream> writer, reader;
   auto* reader_transport = second_transport.get();
-  ASSERT_EQ(Stream::create(std::move(first_transport), small_settings(),
+  ASSERT_EQ(Stream::create(std::move(first_transport), small_settings(method),
                            std::make_shared<FailingProvider>(), writer),
             0);
-  ASSERT_EQ(Stream::create(std::move(second_transport), small_settings(), nullptr, reader), 0);
+  ASSERT_EQ(Stream::create(std::move(second_transport), small_settings(method), nullptr, reader), 0);
   ASSERT_EQ(connect_streams(*writer, *reader), 0);
   Watchdog watchdog(60s);
   std::vector<uint8_t> data(1 << 20);
@@ -273,6 +305,8 @@ TEST(StreamRendezvousFallback, AWriteWhoseBufferCannotBeRegisteredIsCopied) {
   sender.join();
   EXPECT_EQ(first_mismatch(6, 0, in), -1);
   EXPECT_EQ(reader_transport->statistics().reads, 0u);
+  EXPECT_EQ(reader->rendezvous_counts().pieces_pulled, 0u);
+  }
 }
 
 }  // namespace
