@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "stream/record.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -49,7 +50,9 @@ std::atomic<bool> memlock_warned{false};
 }  // namespace
 
 uint64_t pinned_bytes_per_connection(uint64_t ring_size) {
-  return 2 * ring_size + kFirstBounceBuffer;
+  // Our ring and its request box, the staging mirror of the peer's ring, the
+  // bounce buffer, and the requests we send.
+  return 2 * ring_size + kFirstBounceBuffer + 2 * stream::kRequestBoxSize;
 }
 
 const char* reason_rdma_unusable(uint64_t ring_size) {

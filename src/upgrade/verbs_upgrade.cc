@@ -86,6 +86,11 @@ int start_stream(Connection& connection, int tcp_fd, VerbsConnection verbs,
   if (settings.rendezvous_threshold == stream::kNoRendezvous)
     QPSOCK_LOG(debug, "fd %d: Soft-RoCE at one end: large writes are copied, not pulled by RDMA reads",
                tcp_fd);
+  else
+    QPSOCK_LOG(debug, "fd %d: large writes go by rendezvous, %s", tcp_fd,
+               settings.rendezvous_method == stream::RendezvousMethod::write
+                   ? "written by the sender (RDMA WRITE)"
+                   : "pulled by the receiver (RDMA READ)");
   std::unique_ptr<stream::Stream> stream;
   if (int error = stream::Stream::create(std::move(verbs.transport), settings, nullptr, stream);
       error < 0)

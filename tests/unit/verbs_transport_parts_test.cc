@@ -83,16 +83,38 @@ TEST(VerbsHelloTest, CarriesTheReadsUnreliableCapability) {
   EXPECT_EQ(received.capabilities, kHelloReadsUnreliable);
 }
 
-TEST(VerbsConnectionTest, APeerWithUnreliableReadsTurnsRendezvousOff) {
+TEST(VerbsConnectionTest, APeerWithUnreliableReadsTurnsReadRendezvousOff) {
   stream::StreamSettings settings;
   settings.rendezvous_threshold = 128 << 10;
   VerbsConnection connection;  // no transport of ours: only the peer's hello counts
   EXPECT_EQ(connection.stream_settings(settings).rendezvous_threshold, uint64_t{128} << 10);
+  EXPECT_EQ(connection.stream_settings(settings).rendezvous_method, stream::RendezvousMethod::read);
   connection.peer_capabilities = kHelloReadsUnreliable;
   EXPECT_EQ(connection.stream_settings(settings).rendezvous_threshold, stream::kNoRendezvous);
   // A capability it does not know changes nothing.
   connection.peer_capabilities = 0x8000;
   EXPECT_EQ(connection.stream_settings(settings).rendezvous_threshold, uint64_t{128} << 10);
+}
+
+TEST(VerbsConnectionTest, APeerThatTakesWriteRequestsGetsRendezvousByWriteEvenOverSoftRoce) {
+  stream::StreamSettings settings;
+  settings.rendezvous_threshold = 128 << 10;
+  VerbsConnection connection;
+  for (uint16_t reads : {uint16_t{0}, kHelloReadsUnreliable}) {
+    connection.peer_capabilities = static_cast<uint16_t>(kHelloRendezvousByWrite | reads);
+    const stream::StreamSettings used = connection.stream_settings(settings);
+    EXPECT_EQ(used.rendezvous_method, stream::RendezvousMethod::write);
+    EXPECT_EQ(used.rendezvous_threshold, uint64_t{128} << 10);
+  }
+}
+
+TEST(VerbsHelloTest, CarriesTheRendezvousByWriteCapability) {
+  const EncodedHello hello =
+      encode_hello({{4096, 7, 65536, 64}, kHelloReadsUnreliable | kHelloRendezvousByWrite});
+  EXPECT_EQ(hello[7], 3);
+  ConnectionHello received;
+  ASSERT_EQ(decode_hello(hello.data(), hello.size(), received), 0);
+  EXPECT_EQ(received.capabilities, kHelloReadsUnreliable | kHelloRendezvousByWrite);
 }
 
 TEST(VerbsPostLedgerTest, NamesCompletionsInPostOrder) {

@@ -2,7 +2,8 @@
 // (forked children), one listening on rxe0 (10.77.0.1), one connecting from
 // rxe1 (10.77.0.2), so every byte crosses Soft-RoCE and the veth pair. Data
 // moves both ways at once and is checked byte by byte: 1-byte writes, 16 MiB
-// writes (the rendezvous path: RDMA READ), random sizes, over IPv4 and IPv6;
+// writes (the rendezvous path: RDMA WRITE into the reader's buffer), random
+// sizes, over IPv4 and IPv6; buffers freed and allocated anew between writes;
 // a peer killed mid-transfer ends the survivor's calls within seconds; the
 // devices' packet counters grow in line with the payload; a connect nobody
 // listens for, or one without our hello, fails within seconds.
@@ -13,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -65,6 +68,7 @@ testing::Body transfer_body(const TransferPlan& plan) {
     report.elapsed_ns = testing::monotonic_now() - started;
     report.bytes_sent = plan.bytes;
     report.bytes_received = plan.bytes;
+    report.rendezvous_bytes_received = stream.rendezvous_counts().bytes_received;
     return close_in_turn(stream, side, sync_socket, report);
   };
 }
@@ -148,8 +152,11 @@ void expect_counters_follow_payload(const Endpoints& endpoints,
   EXPECT_LE(client_sent, 2 * client_packets + server_packets / 4 + 20000);
 }
 
+// Whether some writes must have gone by rendezvous (zero-copy) at each end.
+enum class ZeroCopy : uint8_t { may, must };
+
 void run_transfer(const Endpoints& endpoints, const TransferPlan& plan, const char* what,
-                  bool check_counters) {
+                  bool check_counters, ZeroCopy zero_copy = ZeroCopy::may) {
   const testing::PortCounters server_before = testing::read_counters(endpoints.server_device);
   const testing::PortCounters client_before = testing::read_counters(endpoints.client_device);
   ProcessPair pair(endpoints, transfer_body(plan), transfer_body(plan), kChildLimit);
@@ -160,14 +167,21 @@ void run_transfer(const Endpoints& endpoints, const TransferPlan& plan, const ch
   const int64_t elapsed = std::max(server.elapsed_ns, client.elapsed_ns);
   std::printf(
       "[ figures  ] %s %s (%s -> %s): %llu B each way at once in %.3f s: %.1f MB/s each "
-      "way; path MTU %u, inline %u B, reads %u, send queue %u, receives %u, rendezvous %s\n",
+      "way; path MTU %u, inline %u B, reads %u, send queue %u, receives %u, rendezvous %s; "
+      "zero-copy %llu and %llu B received\n",
       endpoints.label, what, client.device, server.device,
       static_cast<unsigned long long>(plan.bytes), static_cast<double>(elapsed) / 1e9,
       megabytes_per_second(plan.bytes, elapsed), server.path_mtu, server.max_inline,
       server.max_reads, server.send_queue_depth, server.notification_capacity,
-      server.rendezvous_off ? "off (Soft-RoCE)" : "on");
-  EXPECT_TRUE(server.rendezvous_off && client.rendezvous_off)
-      << "streams over Soft-RoCE must not pull writes by RDMA reads";
+      server.rendezvous_by_write ? "by RDMA WRITE" : "not by write",
+      static_cast<unsigned long long>(server.rendezvous_bytes_received),
+      static_cast<unsigned long long>(client.rendezvous_bytes_received));
+  EXPECT_TRUE(server.rendezvous_by_write && client.rendezvous_by_write)
+      << "streams over Soft-RoCE must move rendezvous by RDMA WRITE, never pull them by reads";
+  if (zero_copy == ZeroCopy::must) {
+    EXPECT_GT(server.rendezvous_bytes_received, 0u) << "no write went zero-copy";
+    EXPECT_GT(client.rendezvous_bytes_received, 0u) << "no write went zero-copy";
+  }
   if (check_counters)
     expect_counters_follow_payload(endpoints, server_before, client_before, server, client);
 }
@@ -180,16 +194,93 @@ TEST_F(VerbsStreamVmTest, OneByteWritesEachWayIpv4) {
 
 TEST_F(VerbsStreamVmTest, SixteenMebibyteWritesEachWayIpv4) {
   ENDPOINTS_OR_SKIP(found, AF_INET);
-  // Each write goes by rendezvous: the reader pulls it with RDMA READs.
+  // Each write goes by rendezvous: the writer writes it with RDMA WRITEs
+  // straight into the reader's buffer, as the reader asks.
   constexpr size_t kWrite = 16 * kMebibyte;
   run_transfer(*found, {.bytes = 2 * kWrite, .write_size = kWrite, .read_size = kWrite},
-               "16 MiB writes", true);
+               "16 MiB writes", true, ZeroCopy::must);
 }
 
 TEST_F(VerbsStreamVmTest, RandomSizesEachWayIpv4) {
   ENDPOINTS_OR_SKIP(found, AF_INET);
   // 1 B to 4 MiB, log-uniform: eager, inline and rendezvous mixed.
-  run_transfer(*found, {.bytes = 24 * kMebibyte}, "random sizes", true);
+  run_transfer(*found, {.bytes = 24 * kMebibyte}, "random sizes", true, ZeroCopy::must);
+}
+
+// Registration: every rendezvous buffer is registered for that one write and
+// read, never cached, so memory freed and mapped again at the same address
+// (glibc unmaps blocks of 128 KiB and more on free) can never be reached
+// through a stale registration. The writer sends each write from a block it
+// has just allocated and frees it after; the reader reads into blocks it
+// allocates and frees likewise; every byte is checked.
+constexpr uint64_t kFreedBuffersTotal = 24 * kMebibyte;
+
+testing::Body freed_buffers_body() {
+  return [](Stream& stream, Side side, int sync_socket, int, ChildReport& report) {
+    const int64_t started = testing::monotonic_now();
+    uint64_t state = our_seed(side) * 2654435761u + 1;
+    const auto next_size = [&state] {
+      state = state * 6364136223846793005u + 1442695040888963407u;
+      return (uint64_t{128} << 10) + (state >> 33) % (4 * kMebibyte);
+    };
+    if (side == Side::server) {
+      uint64_t offset = 0;
+      while (offset < kFreedBuffersTotal) {
+        const uint64_t size = std::min(next_size(), kFreedBuffersTotal - offset);
+        auto* block = static_cast<uint8_t*>(std::malloc(size));
+        if (block == nullptr) return testing::fail(report, 10, "malloc");
+        stream::testing::fill_pattern(kServerSeed, offset, {block, size});
+        const ssize_t sent = stream::testing::send_bytes(stream, {block, size});
+        // Freed at once, as an application that writes from a temporary does.
+        std::memset(block, 0xee, size);
+        std::free(block);
+        if (sent != static_cast<ssize_t>(size)) return testing::fail(report, 11, "send %zd", sent);
+        offset += size;
+      }
+      report.bytes_sent = offset;
+    } else {
+      uint64_t offset = 0;
+      while (offset < kFreedBuffersTotal) {
+        const uint64_t size = std::min(next_size(), kFreedBuffersTotal - offset);
+        auto* block = static_cast<uint8_t*>(std::malloc(size));
+        if (block == nullptr) return testing::fail(report, 12, "malloc");
+        const ssize_t got = stream::testing::receive_bytes(stream, {block, size}, MSG_WAITALL);
+        const int64_t wrong =
+            got == static_cast<ssize_t>(size)
+                ? stream::testing::first_mismatch(kServerSeed, offset, {block, size})
+                : 0;
+        std::free(block);
+        if (got != static_cast<ssize_t>(size)) return testing::fail(report, 13, "receive %zd", got);
+        if (wrong != -1)
+          return testing::fail(report, 14, "wrong byte at %llu",
+                               static_cast<unsigned long long>(offset + wrong));
+        offset += size;
+      }
+      report.bytes_received = offset;
+    }
+    report.elapsed_ns = testing::monotonic_now() - started;
+    report.rendezvous_bytes_received = stream.rendezvous_counts().bytes_received;
+    return close_in_turn(stream, side, sync_socket, report);
+  };
+}
+
+TEST_F(VerbsStreamVmTest, BuffersFreedAndAllocatedAnewBetweenWritesKeepEveryByte) {
+  ENDPOINTS_OR_SKIP(found, AF_INET);
+  ProcessPair pair(*found, freed_buffers_body(), freed_buffers_body(), kChildLimit);
+  stream::testing::Watchdog watchdog(kChildLimit + 30s, "verbs freed-buffers test");
+  ChildReport server, client;
+  ASSERT_NO_FATAL_FAILURE(expect_both_passed(pair, server, client));
+  EXPECT_EQ(server.bytes_sent, kFreedBuffersTotal);
+  EXPECT_EQ(client.bytes_received, kFreedBuffersTotal);
+  // The reads went zero-copy: the writer wrote into the reader's fresh blocks.
+  EXPECT_GT(client.rendezvous_bytes_received, kFreedBuffersTotal / 2);
+  std::printf(
+      "[ figures  ] IPv4 %llu B from freshly allocated and freed blocks in %.3f s: %.1f MB/s; "
+      "%llu B by rendezvous\n",
+      static_cast<unsigned long long>(kFreedBuffersTotal),
+      static_cast<double>(client.elapsed_ns) / 1e9,
+      megabytes_per_second(kFreedBuffersTotal, client.elapsed_ns),
+      static_cast<unsigned long long>(client.rendezvous_bytes_received));
 }
 
 TEST_F(VerbsStreamVmTest, RandomSizesEachWayIpv6) {

@@ -173,7 +173,8 @@ struct ChildReport {
   uint32_t max_reads = 0;
   uint32_t send_queue_depth = 0;
   uint32_t notification_capacity = 0;
-  bool rendezvous_off = false;  // Soft-RoCE at either end (VerbsConnection::stream_settings)
+  bool rendezvous_by_write = false;  // VerbsConnection::stream_settings chose RDMA WRITE
+  uint64_t rendezvous_bytes_received = 0;  // Stream::rendezvous_counts, at the end
   int64_t elapsed_ns = 0;  // the measured part
   int64_t round_trip_median_ns = 0;
   int64_t reader_ended_ns = 0;  // steady clock (shared by the processes of one host)
@@ -233,13 +234,15 @@ inline int open_stream(Side side, const Endpoints& endpoints, int sync_socket,
   std::snprintf(report.device, sizeof(report.device), "%s", transport.device_name());
   const stream::StreamEndpoint announced = transport.local_endpoint();
   // The harness's devices are Soft-RoCE: both hellos must say so, and the
-  // stream must copy every write (a rendezvous read could fail the queue pair).
+  // stream must never pull a rendezvous by RDMA reads (a retransmitted read
+  // could fail the queue pair): both ends write them.
   if (!transport.reads_unreliable() ||
       (connection.peer_capabilities & kHelloReadsUnreliable) == 0)
     return fail(report, 8, "Soft-RoCE not recognised: ours %d, the peer's hello %d",
                 transport.reads_unreliable(), connection.peer_capabilities);
   const StreamSettings used = connection.stream_settings(settings);
-  report.rendezvous_off = used.rendezvous_threshold == stream::kNoRendezvous;
+  report.rendezvous_by_write = used.rendezvous_method == stream::RendezvousMethod::write &&
+                               used.rendezvous_threshold != stream::kNoRendezvous;
   if (int error = Stream::create(std::move(connection.transport), used, nullptr, stream);
       error < 0)
     return fail(report, 5, "Stream::create: %s", strerror(-error));

@@ -8,7 +8,8 @@
 //   offset  size  field
 //        0     4  magic "qpsv" (0x71707376)
 //        4     2  version (1)
-//        6     2  capabilities (kHelloReadsUnreliable); a receiver ignores
+//        6     2  capabilities (kHelloReadsUnreliable,
+//                 kHelloRendezvousByWrite); a receiver ignores
 //                 bits it does not know, so a later version can offer more
 //        8     8  ring address (the peer's virtual address of our ring)
 //       16     8  ring size
@@ -37,6 +38,11 @@ static_assert(kHelloSize <= kLargestConnectPrivateData);
 // read is retransmitted (Soft-RoCE, see VerbsTransport::reads_unreliable):
 // neither end sends rendezvous writes, which the receiver would pull by reads.
 inline constexpr uint16_t kHelloReadsUnreliable = 1u << 0;
+// Capability bit: the sender's ring is followed by a request box in the same
+// registration (stream/record.h, kRequestBoxSize) and it moves rendezvous
+// by RDMA WRITE as the receiver asks (stream::RendezvousMethod::write). When
+// both hellos have it, the streams use that method, and need no reads.
+inline constexpr uint16_t kHelloRendezvousByWrite = 1u << 1;
 
 using EncodedHello = std::array<uint8_t, kHelloSize>;
 

@@ -14,6 +14,12 @@ constexpr uint8_t kRnrRetryCount = 0;
 }  // namespace
 
 stream::StreamSettings VerbsConnection::stream_settings(stream::StreamSettings settings) const {
+  // Every transport of ours has the request box: the peer's bit decides.
+  if ((peer_capabilities & kHelloRendezvousByWrite) != 0) {
+    settings.rendezvous_method = stream::RendezvousMethod::write;
+    return settings;
+  }
+  settings.rendezvous_method = stream::RendezvousMethod::read;
   const bool peer_unreliable = (peer_capabilities & kHelloReadsUnreliable) != 0;
   if (peer_unreliable || (transport != nullptr && transport->reads_unreliable()))
     settings.rendezvous_threshold = stream::kNoRendezvous;
@@ -21,8 +27,8 @@ stream::StreamSettings VerbsConnection::stream_settings(stream::StreamSettings s
 }
 
 ConnectionHello local_hello(const VerbsTransport& transport) {
-  return {transport.local_endpoint(),
-          static_cast<uint16_t>(transport.reads_unreliable() ? kHelloReadsUnreliable : 0)};
+  const uint16_t reads = transport.reads_unreliable() ? kHelloReadsUnreliable : 0;
+  return {transport.local_endpoint(), static_cast<uint16_t>(reads | kHelloRendezvousByWrite)};
 }
 
 rdma_conn_param connection_parameters(const void* hello, uint8_t hello_length,

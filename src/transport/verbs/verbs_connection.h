@@ -17,10 +17,11 @@ namespace qpsock::transport::verbs {
 struct VerbsConnection {
   std::unique_ptr<VerbsTransport> transport;
   stream::StreamEndpoint peer_endpoint{};
-  uint16_t peer_capabilities = 0;  // the peer hello's (kHelloReadsUnreliable)
+  uint16_t peer_capabilities = 0;  // the peer hello's (kHelloReadsUnreliable, ...)
 
-  // `settings` as streams over this connection must use them: no rendezvous
-  // when either end's reads are unreliable (VerbsTransport::reads_unreliable).
+  // `settings` as streams over this connection must use them: rendezvous by
+  // RDMA WRITE when both ends can; otherwise by RDMA READ, or none when
+  // either end's reads are unreliable (VerbsTransport::reads_unreliable).
   stream::StreamSettings stream_settings(stream::StreamSettings settings) const;
 };
 

@@ -66,7 +66,9 @@ int64_t coarse_now() {
 int VerbsTransport::map_receive_ring(size_t length, stream::MappedMemory& ring) {
   std::lock_guard lock(ring_mutex_);
   if (ring_.empty()) return -EBUSY;  // handed over already
-  if (length != ring_.size()) return -EINVAL;
+  // Without the request box (a peer that reads its rendezvous) the stream
+  // asks for the ring alone; the box then goes with it, unused.
+  if (length != ring_.size() && length != ring_.size() - stream::kRequestBoxSize) return -EINVAL;
   ring = std::move(ring_);
   return 0;
 }

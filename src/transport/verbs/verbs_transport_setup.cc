@@ -140,13 +140,15 @@ int VerbsTransport::create_queue_pair(const VerbsOptions& options) {
 }
 
 int VerbsTransport::map_ring(uint64_t ring_size) {
-  if (int error = ring_.map(ring_size); error < 0) return error;
+  // The peer's rendezvous write requests land in the box after the ring
+  // (kHelloRendezvousByWrite), under the ring's key.
+  if (int error = ring_.map(ring_size + stream::kRequestBoxSize); error < 0) return error;
   if (int error = VerbsRegistration::create(domain_, ring_.data(), ring_.size(),
                                             stream::MemoryAccess::remote_write, ring_registration_);
       error < 0)
     return error;
   local_endpoint_ = {reinterpret_cast<uint64_t>(ring_.data()), ring_registration_->remote_key(),
-                     ring_.size(), notification_capacity_};
+                     ring_size, notification_capacity_};
   return 0;
 }
 
