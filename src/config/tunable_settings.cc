@@ -92,6 +92,11 @@ std::string assign_spin_time(std::string_view text, Tunables& tunables) {
                          [&](microseconds duration) { tunables.spin_time = duration; });
 }
 
+std::string assign_spin_limit(std::string_view text, Tunables& tunables) {
+  return assign_duration(text, microseconds{0}, limits::kLargestSpinTime,
+                         [&](microseconds duration) { tunables.spin_limit = duration; });
+}
+
 std::string assign_upgrade_timeout(std::string_view text, Tunables& tunables) {
   return assign_duration(text, limits::kShortestUpgradeTimeout, limits::kLongestUpgradeTimeout,
                          [&](microseconds duration) { tunables.upgrade_timeout = duration; });
@@ -123,6 +128,8 @@ constexpr std::array<TunableDescription, kTunableCount> kTunables = {{
      [](const Tunables& tunables) { return format_size(tunables.eager_chunk); }},
     {"spin_time", "QPSOCK_SPIN_TIME", assign_spin_time,
      [](const Tunables& tunables) { return format_duration(tunables.spin_time); }},
+    {"spin_limit", "QPSOCK_SPIN_LIMIT", assign_spin_limit,
+     [](const Tunables& tunables) { return format_duration(tunables.spin_limit); }},
     {"upgrade_timeout", "QPSOCK_UPGRADE_TIMEOUT", assign_upgrade_timeout,
      [](const Tunables& tunables) { return format_duration(tunables.upgrade_timeout); }},
     {"same_host", "QPSOCK_SAME_HOST", assign_same_host,

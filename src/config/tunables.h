@@ -42,8 +42,12 @@ struct Tunables {
   uint64_t ring_size = uint64_t{1} << 20;
   // Largest eager message; at most ring_size / 2.
   uint64_t eager_chunk = uint64_t{64} << 10;
-  // How long a blocking wait busy-polls before it sleeps.
+  // How long a blocking wait busy-polls before it sleeps, at least.
   std::chrono::microseconds spin_time{20};
+  // At most how long a blocking read busy-polls when the recent reads were
+  // answered within this long (stream/spin_budget.h); at or below spin_time:
+  // always spin_time.
+  std::chrono::microseconds spin_limit = std::chrono::milliseconds{1};
   // How long the side-channel negotiation may take before the connection stays on TCP.
   std::chrono::microseconds upgrade_timeout = std::chrono::milliseconds{2000};
   SameHost same_host = SameHost::shm;

@@ -56,7 +56,8 @@ Stream::Stream(ConstructionKey, std::unique_ptr<Transport> transport, const Stre
     : transport_(std::move(transport)), settings_(settings),
       registrations_(registrations ? std::move(registrations)
                                    : std::make_shared<DirectRegistrationProvider>(*transport_)),
-      ring_geometry_(settings.ring_size), receive_credit_(settings.ring_size) {}
+      ring_geometry_(settings.ring_size), receive_credit_(settings.ring_size),
+      spin_budget_(settings.spin_time, settings.spin_limit) {}
 
 Stream::~Stream() = default;
 

@@ -5,7 +5,7 @@
 // Locks: send_mutex_ serializes senders, receive_mutex_ serializes receivers,
 // state_mutex_ guards the shared bookkeeping and every post/poll on the
 // transport. Order: send or receive, then state. None is held while a thread
-// sleeps; a blocking call spins for spin_time, then sleeps in poll(2) on the
+// sleeps; a blocking call spins (SpinBudget), then sleeps in poll(2) on the
 // transport's wait handle, the stream's wake signal and the control fd.
 #pragma once
 
@@ -34,6 +34,7 @@
 #include "stream/rendezvous_receiver.h"
 #include "stream/rendezvous_sender.h"
 #include "stream/ring_layout.h"
+#include "stream/spin_budget.h"
 #include "stream/stream_settings.h"
 #include "stream/transport.h"
 #include "stream/readiness_signal.h"
@@ -215,6 +216,12 @@ class Stream {
     bool interruptible = false;  // a signal ends the wait with -EINTR
     bool until_broken = true;    // a broken stream ends the wait
     std::optional<Clock::time_point> deadline = std::nullopt;  // -ETIMEDOUT past it
+    // A wait for the peer's next bytes: it spins as long as spin_budget_
+    // says and teaches it. Other waits (credit, a rendezvous's answer, the
+    // pieces of a pull) wait on bulk transfers, not on a round trip: they
+    // spin spin_time, so a streaming writer does not burn the core the
+    // transfer needs.
+    bool adaptive_spin = false;
   };
   // Waits until ready() (evaluated under the state lock), or as `options` say.
   int wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOptions& options);
@@ -341,6 +348,7 @@ class Stream {
   std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels
   RendezvousCounts rendezvous_counts_;
+  SpinBudget spin_budget_;
   // RendezvousMethod::write: pieces of our rendezvous the peer asked for,
   // not yet posted; the slots of our requests in the peer's box.
   struct RendezvousWrite {

@@ -74,7 +74,7 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
     receive_lock.unlock();
     const int waited = wait_until(
         state, [&] { return notified_ != examined || eof_received_ || read_shutdown_; },
-        {.interruptible = true, .deadline = blocking.deadline()});
+        {.interruptible = true, .deadline = blocking.deadline(), .adaptive_spin = true});
     // SO_RCVTIMEO ran out: what was read, or EAGAIN, as the kernel answers.
     if (waited == -ETIMEDOUT) return have > 0 ? have : -EAGAIN;
     if (waited < 0) return have > 0 ? have : waited;

@@ -39,8 +39,11 @@ struct StreamSettings {
   // withdraws it (if the peer took nothing) and copies the bytes instead, as
   // TCP would have buffered them for a peer that is not reading.
   std::chrono::microseconds rendezvous_patience{10000};
-  // How long a blocking wait busy-polls before it sleeps in poll(2).
+  // How long a blocking wait busy-polls before it sleeps in poll(2), at least.
   std::chrono::microseconds spin_time{20};
+  // At most how long, when the connection's recent waits were answered
+  // within this long (SpinBudget); spin_time or less: never longer.
+  std::chrono::microseconds spin_limit{1000};
   // A read of at least this many bytes of a rendezvous lands straight in the
   // application's buffer; smaller reads go through the bounce buffer.
   uint64_t direct_pull_minimum = uint64_t{16} << 10;

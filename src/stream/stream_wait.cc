@@ -1,6 +1,6 @@
-// Blocking waits: spin on the transport for spin_time, then arm it and sleep
-// in poll(2) on its wait handle, the stream's wake signal and the TCP control
-// fd. No lock is held while sleeping.
+// Blocking waits: spin on the transport (for as long as SpinBudget says),
+// then arm it and sleep in poll(2) on its wait handle, the stream's wake
+// signal and the TCP control fd. No lock is held while sleeping.
 #include <cerrno>
 #include <thread>
 
@@ -23,12 +23,19 @@ int poll_timeout(std::optional<std::chrono::steady_clock::time_point> deadline) 
 int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOptions& options) {
   const auto& deadline = options.deadline;
   auto done = [&] { return ready() || (broken_ && options.until_broken); };
-  auto spin_until = Clock::now() + settings_.spin_time;
-  for (;;) {
+  const auto started = Clock::now();
+  auto spin_until = started + (options.adaptive_spin ? SpinBudget::Duration(spin_budget_.next())
+                                                     : SpinBudget::Duration(settings_.spin_time));
+  for (bool waited = false;; waited = true) {
     // Never sleep on bytes the peer has not been told about.
     flush_unnotified_locked();
     progress_locked();
-    if (done()) return 0;
+    if (done()) {
+      // How long an answer took teaches the next wait how long to stay awake.
+      if (options.adaptive_spin && waited && !broken_)
+        spin_budget_.on_answered(Clock::now() - started);
+      return 0;
+    }
     const auto now = Clock::now();
     if (deadline && now >= *deadline) return -ETIMEDOUT;
     if (now < spin_until) {

@@ -22,6 +22,7 @@ stream::StreamSettings stream_settings_for_socket(int tcp_fd) {
   settings.rendezvous_threshold = tunables.rendezvous_threshold;
   settings.rendezvous_patience = tunables.rendezvous_patience;
   settings.spin_time = tunables.spin_time;
+  settings.spin_limit = tunables.spin_limit;
   return settings;
 }
 

@@ -32,6 +32,7 @@ TEST(ConfigTunables, Defaults) {
   EXPECT_EQ(defaults.ring_size, 1024u * 1024);
   EXPECT_EQ(defaults.eager_chunk, 64u * 1024);
   EXPECT_EQ(defaults.spin_time, microseconds{20});
+  EXPECT_EQ(defaults.spin_limit, milliseconds{1});
   EXPECT_EQ(defaults.rendezvous_patience, milliseconds{10});
   EXPECT_EQ(defaults.upgrade_timeout, milliseconds{2000});
   EXPECT_EQ(defaults.same_host, SameHost::shm);
@@ -53,7 +54,7 @@ TEST(ConfigTunables, CatalogueNamesEveryTunableAndItsVariable) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"inline_size", "rendezvous_threshold",
                                              "rendezvous_patience", "ring_size",
-                                             "eager_chunk", "spin_time", "upgrade_timeout",
+                                             "eager_chunk", "spin_time", "spin_limit", "upgrade_timeout",
                                              "same_host"}));
 }
 
@@ -141,6 +142,10 @@ TEST(ConfigTunables, SpinTime) {
             "t.conf:1: rendezvous_patience: '11s' is above the maximum 10s; default 10ms kept");
   EXPECT_EQ(tunables_of("spin_time = 3ms").spin_time, microseconds{3000});
   EXPECT_EQ(tunables_of("spin_time = 1s").spin_time, seconds{1});
+  EXPECT_EQ(tunables_of("spin_limit = 0").spin_limit, microseconds{0});
+  EXPECT_EQ(tunables_of("spin_limit = 250us").spin_limit, microseconds{250});
+  EXPECT_EQ(only_diagnostic("spin_limit = 2s"),
+            "t.conf:1: spin_limit: '2s' is above the maximum 1s; default 1ms kept");
   EXPECT_EQ(only_diagnostic("spin_time = 20"),
             "t.conf:1: spin_time: '20' needs a unit (us, ms or s); default 20us kept");
   EXPECT_EQ(only_diagnostic("spin_time = 1001ms"),

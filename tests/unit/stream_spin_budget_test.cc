@@ -1,0 +1,57 @@
+// How long a blocking wait stays awake: spin_time at least, about as long
+// as recent answers took when they came within spin_limit, back down when
+// the connection goes idle, and never past the limit.
+#include <gtest/gtest.h>
+
+#include "stream/spin_budget.h"
+
+namespace qpsock::stream {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(SpinBudget, StartsAtTheFloor) {
+  EXPECT_EQ(SpinBudget(20us, 1ms).next(), 20us);
+}
+
+TEST(SpinBudget, LearnsHowLongAnswersTakeWithinTheLimit) {
+  SpinBudget budget(20us, 1ms);
+  // Answers after 300 us, each after a sleep at first: the spin grows to
+  // cover them, with a quarter to spare.
+  for (int wait = 0; wait < 20; ++wait) budget.on_answered(300us);
+  EXPECT_EQ(budget.next(), 375us);
+  // One quick answer does not cut it below what the usual one needs.
+  budget.on_answered(10us);
+  EXPECT_GT(budget.next(), 250us);
+}
+
+TEST(SpinBudget, NeverPastTheLimitNorBelowTheFloor) {
+  SpinBudget budget(20us, 1ms);
+  for (int wait = 0; wait < 20; ++wait) budget.on_answered(950us);
+  EXPECT_EQ(budget.next(), 1ms);
+  for (int wait = 0; wait < 20; ++wait) budget.on_answered(1us);
+  EXPECT_EQ(budget.next(), 20us);
+}
+
+TEST(SpinBudget, AnIdleConnectionFallsBackToTheFloor) {
+  SpinBudget budget(20us, 1ms);
+  for (int wait = 0; wait < 20; ++wait) budget.on_answered(400us);
+  ASSERT_EQ(budget.next(), 500us);
+  // One long wait among short ones halves what they taught, no more.
+  budget.on_answered(50ms);
+  EXPECT_EQ(budget.next(), 250us);
+  for (int wait = 0; wait < 10; ++wait) budget.on_answered(2s);
+  EXPECT_EQ(budget.next(), 20us);
+}
+
+TEST(SpinBudget, ALimitAtOrBelowTheFloorTurnsAdaptingOff) {
+  SpinBudget off(20us, 0us);
+  for (int wait = 0; wait < 20; ++wait) off.on_answered(300us);
+  EXPECT_EQ(off.next(), 20us);
+  SpinBudget busy(1s, 1ms);  // spin_time = 1s busy-polls always
+  busy.on_answered(5us);
+  EXPECT_EQ(busy.next(), 1s);
+}
+
+}  // namespace
+}  // namespace qpsock::stream
