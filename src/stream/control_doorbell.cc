@@ -31,12 +31,21 @@ ControlState take_doorbells(int tcp_fd) {
   }
 }
 
-bool control_reads_end_of_file(int tcp_fd, DoorbellsPossible doorbells) {
-  if (doorbells == DoorbellsPossible::yes)
-    return take_doorbells(tcp_fd) == ControlState::end_of_file;
+ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells) {
+  if (doorbells == DoorbellsPossible::yes) return take_doorbells(tcp_fd);
   ErrnoGuard errno_guard;
   char byte;
-  return next::recv(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK) == 0;
+  for (;;) {
+    const ssize_t got = next::recv(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (got == 0) return ControlState::end_of_file;
+    if (got > 0) return ControlState::quiet;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? ControlState::quiet : ControlState::gone;
+  }
+}
+
+bool control_reads_end_of_file(int tcp_fd, DoorbellsPossible doorbells) {
+  return read_control_state(tcp_fd, doorbells) == ControlState::end_of_file;
 }
 
 }  // namespace qpsock::stream

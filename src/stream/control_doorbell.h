@@ -28,10 +28,14 @@ ControlState take_doorbells(int tcp_fd);
 
 enum class DoorbellsPossible : bool { no, yes };
 
-// Whether the control connection reads end of file now (the peer's FIN).
-// Once doorbells are possible (the receiving direction switched) they are
-// taken first; before that, TCP bytes are the application's, and only a
-// peek looks at them. Leaves errno as it was.
+// What the control connection says now: the peer's FIN (end_of_file), a
+// reset or an error (gone), or nothing yet (quiet; before the switch, also
+// application bytes still to read). Once doorbells are possible (the
+// receiving direction switched) they are taken first; before that, TCP
+// bytes are the application's, and only a peek looks at them. Leaves errno
+// as it was.
+ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells);
+// Whether it reads end of file now (the peer's FIN).
 bool control_reads_end_of_file(int tcp_fd, DoorbellsPossible doorbells);
 
 }  // namespace qpsock::stream

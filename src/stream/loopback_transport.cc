@@ -55,6 +55,10 @@ uint64_t LoopbackTransport::max_read_length() const { return link_->options().ma
 
 void LoopbackTransport::inject(const LoopbackFaults& faults) { link_->inject(side_, faults); }
 void LoopbackTransport::drop_link() { link_->break_link(); }
+void LoopbackTransport::peer_leaves() {
+  peer_left_.store(true, std::memory_order_release);
+  link_->break_link();
+}
 bool LoopbackTransport::link_broken() const { return link_->broken(); }
 LoopbackStatistics LoopbackTransport::statistics() const { return link_->statistics(side_); }
 

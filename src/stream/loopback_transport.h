@@ -12,6 +12,7 @@
 // link (later posts complete with errors; both sides get an error completion).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -81,12 +82,18 @@ class LoopbackTransport final : public Transport {
   void inject(const LoopbackFaults& faults);
   // The peer vanishes: every later post and the pending receive slots fail.
   void drop_link();
+  // The other end left the link (as an rdma_cm disconnect request from a
+  // peer whose process ended would say): peer_left() is true from here, and
+  // the link drops.
+  void peer_leaves();
+  bool peer_left() const override { return peer_left_.load(std::memory_order_acquire); }
   bool link_broken() const;
   LoopbackStatistics statistics() const;
 
  private:
   std::shared_ptr<LoopbackLink> link_;
   int side_;
+  std::atomic<bool> peer_left_{false};
 };
 
 }  // namespace qpsock::stream

@@ -101,11 +101,11 @@ int Stream::connect(const StreamEndpoint& peer) {
 }
 
 void Stream::set_control_channel(int fd, ControlEventHandler handler,
-                                 ControlEndProbe reads_end_of_file) {
+                                 ControlProbe probe) {
   std::lock_guard state(state_mutex_);
   control_fd_ = fd;
   control_handler_ = std::move(handler);
-  control_reads_end_of_file_ = std::move(reads_end_of_file);
+  control_probe_ = std::move(probe);
   watching_control_ = fd >= 0 && control_handler_ != nullptr;
 }
 
@@ -219,6 +219,11 @@ short Stream::readiness(Progress progress) {
     flush_unnotified_locked();
     progress_locked();
   }
+  // A peer that left the link may yet send its FIN: until it comes (or the
+  // grace ends) the socket reads as readable, and a read says EAGAIN; a
+  // waiter wakes again when the FIN makes the TCP socket readable.
+  if (broken_ && settle_provisional_reset_locked())
+    return POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM;
   short events = 0;
   const bool read_closed = eof_received_ || read_shutdown_ || broken_;
   if (read_closed) events |= POLLIN | POLLRDNORM | POLLRDHUP;
@@ -314,6 +319,7 @@ void Stream::abort() {
 
 int Stream::take_error() {
   std::lock_guard state(state_mutex_);
+  if (broken_ && settle_provisional_reset_locked()) return 0;
   const int error = pending_error_;
   pending_error_ = 0;
   return error;

@@ -25,6 +25,7 @@
 
 #include "stream/credit_window.h"
 #include "stream/blocking.h"
+#include "stream/control_doorbell.h"
 #include "stream/eager_sender.h"
 #include "stream/function_ref.h"
 #include "stream/mapped_memory.h"
@@ -59,10 +60,11 @@ enum class ControlVerdict : uint8_t {
 };
 // Called without any stream lock held, possibly from several waiting threads.
 using ControlEventHandler = std::function<ControlVerdict(short revents)>;
-// Whether the control socket reads end of file now: the peer's kernel closed
-// the TCP connection in order (not a reset, not bytes still to read). Called
-// under the stream's state lock: it must not wait or call into the stream.
-using ControlEndProbe = std::function<bool()>;
+// What the control socket says now (stream/control_doorbell.h): the peer's
+// kernel closed the TCP connection in order (end_of_file), reset it (gone),
+// or nothing yet (quiet). Called under the stream's state lock: it must not
+// wait or call into the stream.
+using ControlProbe = std::function<ControlState()>;
 
 // How much went by rendezvous (zero-copy), for statistics and tests.
 struct RendezvousCounts {
@@ -100,10 +102,9 @@ class Stream {
   // Starts the stream toward the peer's endpoint. Before it, calls give ENOTCONN.
   int connect(const StreamEndpoint& peer);
   // The TCP control socket, watched by every blocking wait. Set before use.
-  // `reads_end_of_file` is asked when the link breaks without the peer's end
-  // of stream (did its process end?); without one, the stream peeks at fd.
-  void set_control_channel(int fd, ControlEventHandler handler,
-                           ControlEndProbe reads_end_of_file = {});
+  // `probe` is asked when the link breaks without the peer's end of stream
+  // (did its process end?); without one, the stream peeks at fd.
+  void set_control_channel(int fd, ControlEventHandler handler, ControlProbe probe = {});
   // The peer rang the doorbell (stream/control_doorbell.h): take in what it
   // sent and answer it, though no application thread calls in.
   void answer_peer();
@@ -200,8 +201,19 @@ class Stream {
   void on_written_locked(uint32_t slot);
   bool writes_rendezvous() const { return settings_.rendezvous_method == RendezvousMethod::write; }
   // The link went without the peer's end of stream: did its process end
-  // (exit or kill) with nothing of ours unread? See break_connection_locked.
-  bool peer_process_ended_cleanly_locked();
+  // (exit or kill) with nothing of ours unread, as TCP's FIN would say, or
+  // is it a reset? See break_connection_locked.
+  enum class PeerEnd : uint8_t { orderly, not_yet_known, reset };
+  PeerEnd peer_end_locked();
+  ControlState control_state_locked();
+  // While a reset is provisional (reset_provisional_until_), looks at the
+  // control channel again: the FIN makes it the peer's orderly close, a
+  // reset or the end of the grace makes it final. True while still
+  // provisional: a caller that would report the reset waits or says EAGAIN.
+  bool settle_provisional_reset_locked();
+  // A blocking reader's wait for that verdict: sleeps on the control fd with
+  // no lock held until it is readable or the grace ends. 0 or -EINTR.
+  int wait_for_peer_verdict(StateLock& receive_lock, StateLock& state);
   // What the control handler said of the TCP connection, acted on (the
   // blocking waits and on_control_event alike).
   void act_on_control_verdict_locked(ControlVerdict verdict);
@@ -309,7 +321,7 @@ class Stream {
   int control_fd_ = -1;
   bool watching_control_ = false;
   ControlEventHandler control_handler_;
-  ControlEndProbe control_reads_end_of_file_;
+  ControlProbe control_probe_;
   std::optional<EagerSender> eager_;
   std::optional<SendCredit> send_credit_;
   std::optional<NotificationWindow> window_;
@@ -344,6 +356,12 @@ class Stream {
   // reset. TCP answers our next write with a reset; later ones fail EPIPE.
   bool peer_closed_ = false;
   bool wrote_after_peer_close_ = false;
+  // The peer's end left the link (Transport::peer_left) with nothing of ours
+  // unread, before its FIN came: between hosts the rdma_cm's disconnect of
+  // a process that ended can overtake the FIN its kernel sends for it.
+  // Until this time the reset is provisional and the FIN makes it an
+  // orderly close, as TCP gives.
+  std::optional<Clock::time_point> reset_provisional_until_;
   uint64_t activity_ = 0;
   std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels

@@ -248,16 +248,35 @@ void Stream::flush_unnotified_locked() {
   unnotified_payload_ = 0;
 }
 
+namespace {
+
+// How long a reset stays provisional, waiting for the FIN of a peer whose
+// end left the link (reset_provisional_until_). In the Soft-RoCE VM the FIN
+// followed the rdma_cm's disconnect by well under this; a peer's kernel that
+// is alive sends it at once.
+constexpr std::chrono::milliseconds kPeerFinGrace{500};
+
+}  // namespace
+
 void Stream::break_connection_locked(int pending_error, const char* why) {
   if (broken_) return;
   broken_ = true;
-  if (pending_error == ECONNRESET && !eof_received_ && !closed_ &&
-      peer_process_ended_cleanly_locked()) {
-    // Its kernel closed the socket as TCP does for a process that ends: the
-    // bytes it had written, then end of stream.
-    eof_received_ = true;
-    eof_offset_ = notified_;
-    why = "the peer's process ended without closing (end of stream after its data)";
+  if (pending_error == ECONNRESET && !eof_received_ && !closed_) {
+    switch (peer_end_locked()) {
+      case PeerEnd::orderly:
+        // Its kernel closed the socket as TCP does for a process that ends:
+        // the bytes it had written, then end of stream.
+        eof_received_ = true;
+        eof_offset_ = notified_;
+        why = "the peer's process ended without closing (end of stream after its data)";
+        break;
+      case PeerEnd::not_yet_known:
+        reset_provisional_until_ = Clock::now() + kPeerFinGrace;
+        why = "the peer left the link before its FIN came: a reset unless the FIN follows";
+        break;
+      case PeerEnd::reset:
+        break;
+    }
   }
   if (pending_error == ECONNRESET && eof_received_ && !closed_) {
     // The link went after the peer's end of stream: it closed, it did not reset.
@@ -271,23 +290,53 @@ void Stream::break_connection_locked(int pending_error, const char* why) {
   QPSOCK_LOG(debug, "stream broken: %s (error %d)", why, pending_error);
 }
 
-bool Stream::peer_process_ended_cleanly_locked() {
+ControlState Stream::control_state_locked() {
+  if (control_probe_) return control_probe_();
+  return read_control_state(control_fd_, DoorbellsPossible::no);
+}
+
+Stream::PeerEnd Stream::peer_end_locked() {
   // Anything of ours the peer may not have read, or a write of its own it
   // had not finished (a rendezvous we never pulled), and TCP would reset.
   // After our own shutdown(SHUT_RD) the TCP socket reads end of file whatever
   // the peer did.
   if (!connected_ || control_fd_ < 0 || read_shutdown_ || unsent_payload_ != 0 ||
       rendezvous_out_.bytes_in_flight() != 0 || rendezvous_in_.front() != nullptr)
-    return false;
+    return PeerEnd::reset;
   // Credit comes back in batches; a transport may know the exact count.
   const std::optional<uint64_t> consumed = transport_->peer_consumed();
-  if (!send_credit_->all_consumed() && consumed != send_credit_->written()) return false;
+  if (!send_credit_->all_consumed() && consumed != send_credit_->written()) return PeerEnd::reset;
   // The control channel is the TCP connection: end of file there (not a
   // reset, not bytes) is the peer's kernel closing it in order, which it
-  // does when the process ends. Its FIN is sent while the process's files
-  // close, before its death can wake us.
-  if (control_reads_end_of_file_) return control_reads_end_of_file_();
-  return control_reads_end_of_file(control_fd_, DoorbellsPossible::no);
+  // does when the process ends. Over shared memory its FIN is sent while the
+  // process's files close, before its death can wake us; between hosts the
+  // rdma_cm's disconnect may come first, and the FIN is waited for a moment.
+  switch (control_state_locked()) {
+    case ControlState::end_of_file:
+      return PeerEnd::orderly;
+    case ControlState::quiet:
+      return transport_->peer_left() ? PeerEnd::not_yet_known : PeerEnd::reset;
+    case ControlState::gone:
+      break;
+  }
+  return PeerEnd::reset;
+}
+
+bool Stream::settle_provisional_reset_locked() {
+  if (!reset_provisional_until_) return false;
+  const ControlState control = control_state_locked();
+  if (control == ControlState::quiet && Clock::now() < *reset_provisional_until_) return true;
+  reset_provisional_until_.reset();
+  if (control == ControlState::end_of_file) {
+    eof_received_ = true;
+    eof_offset_ = notified_;
+    peer_closed_ = true;
+    if (pending_error_ == ECONNRESET) pending_error_ = 0;
+    QPSOCK_LOG(debug, "stream: the peer's FIN followed its leaving the link: its process ended "
+                      "(end of stream after its data)");
+  }
+  notify_waiters_locked();
+  return false;
 }
 
 void Stream::post_failed_locked(const char* what, int error) {

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "libc/next_symbols.h"
 #include "stream/stream.h"
 
 namespace qpsock::stream {
@@ -65,12 +66,19 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
     // wait with whatever it found.
     const size_t target = wait_all ? wanted : std::min<uint64_t>(receive_low_water_, wanted);
     if (static_cast<size_t>(have) >= target || (have > 0 && !blocking())) return have;
-    // Nothing more is here now.
+    // Nothing more is here now. A peer that left the link may yet send its
+    // FIN (an orderly end) or RST: until then nothing is said.
+    const bool verdict_pending = broken_ && settle_provisional_reset_locked();
     if (at_end_of_stream_locked()) return have;
     // A reset reaches a reader even after shutdown(SHUT_RD), as in tcp_recvmsg.
-    if (broken_) return have > 0 ? have : receive_error_locked();
+    if (broken_ && !verdict_pending) return have > 0 ? have : receive_error_locked();
     if (read_shutdown_) return have;
     if (!blocking()) return have > 0 ? have : -EAGAIN;
+    if (verdict_pending) {
+      const int waited = wait_for_peer_verdict(receive_lock, state);
+      if (waited < 0) return have > 0 ? have : waited;
+      continue;
+    }
     receive_lock.unlock();
     const int waited = wait_until(
         state, [&] { return notified_ != examined || eof_received_ || read_shutdown_; },
@@ -79,6 +87,16 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
     if (waited == -ETIMEDOUT) return have > 0 ? have : -EAGAIN;
     if (waited < 0) return have > 0 ? have : waited;
   }
+}
+
+int Stream::wait_for_peer_verdict(StateLock& receive_lock, StateLock& state) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*reset_provisional_until_ -
+                                                                 Clock::now());
+  pollfd control{control_fd_, POLLIN | POLLRDHUP, 0};
+  state.unlock();
+  receive_lock.unlock();
+  const int polled = next::poll(&control, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+  return polled < 0 && errno == EINTR ? -EINTR : 0;
 }
 
 int Stream::receive_error_locked() {

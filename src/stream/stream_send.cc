@@ -22,8 +22,10 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
     StateLock state(state_mutex_);
     if (!connected_) return -ENOTCONN;
     // Take in what happened first: a peer that has closed is seen before
-    // this write, not by its failing post.
+    // this write, not by its failing post; and a peer that left the link and
+    // whose FIN has come since closed in order.
     progress_locked();
+    if (broken_) settle_provisional_reset_locked();
     if (peer_closed_ && !wrote_after_peer_close_ && accepted == 0) {
       // TCP takes the first write after the peer's close, which the peer's
       // kernel answers with a reset: later writes fail EPIPE, SO_ERROR says so.

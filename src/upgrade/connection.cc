@@ -100,9 +100,9 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
     }
     return stream::ControlVerdict::connection_lost;
   }, [this, tcp_fd] {
-    return stream::control_reads_end_of_file(tcp_fd, receiving_switched()
-                                                         ? stream::DoorbellsPossible::yes
-                                                         : stream::DoorbellsPossible::no);
+    return stream::read_control_state(tcp_fd, receiving_switched()
+                                                  ? stream::DoorbellsPossible::yes
+                                                  : stream::DoorbellsPossible::no);
   });
   // SO_RCVLOWAT set before the upgrade; later changes come through setsockopt.
   copy_receive_low_water(tcp_fd, *raw);

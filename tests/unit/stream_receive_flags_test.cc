@@ -285,6 +285,101 @@ TEST_F(StreamReceiveFlagsTest, AControlEventCanBreakTheStream) {
   ::close(control[1]);
 }
 
+// A peer whose process ended: its end leaves the link (between hosts the
+// rdma_cm's disconnect request) and its kernel sends the TCP connection's
+// FIN, maybe a moment later. As over TCP, the reader gets the data, then
+// end of file; a reset only if the TCP connection says so, or says nothing
+// within the grace.
+class StreamPeerLeavesTest : public StreamReceiveFlagsTest {
+ protected:
+  void SetUp() override {
+    StreamReceiveFlagsTest::SetUp();
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control_), 0);
+    reader().set_control_channel(
+        control_[0], [](short) { return ControlVerdict::keep_waiting; },
+        [this] { return read_control_state(control_[0], DoorbellsPossible::yes); });
+  }
+  void TearDown() override {
+    ::close(control_[0]);
+    if (control_[1] >= 0) ::close(control_[1]);
+  }
+  // The peer's kernel closes its end of the control connection in order.
+  void peer_sends_fin() {
+    ::close(control_[1]);
+    control_[1] = -1;
+  }
+  int control_[2] = {-1, -1};
+};
+
+TEST_F(StreamPeerLeavesTest, AFinAfterTheLinkWentIsAnOrderlyEnd) {
+  Watchdog watchdog(30s);
+  ASSERT_EQ(send_bytes(writer(), text("last words")), 10);
+  pair_.second_transport->peer_leaves();
+  std::thread kernel([&] {
+    std::this_thread::sleep_for(50ms);
+    peer_sends_fin();
+  });
+  std::vector<uint8_t> buffer(100);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 10);
+  // Blocks until the FIN: then end of file, never a reset.
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+  kernel.join();
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+  EXPECT_EQ(reader().take_error(), 0);
+  EXPECT_EQ(reader().readiness() & (POLLIN | POLLRDHUP), POLLIN | POLLRDHUP);
+  EXPECT_EQ(reader().readiness() & POLLHUP, 0);
+  // TCP takes one write after the peer's close; the next one fails.
+  EXPECT_EQ(send_bytes(reader(), text("x")), 1);
+  EXPECT_EQ(send_bytes(reader(), text("x")), -EPIPE);
+}
+
+TEST_F(StreamPeerLeavesTest, UntilTheFinANonBlockingReadSaysEagain) {
+  Watchdog watchdog(30s);
+  pair_.second_transport->peer_leaves();
+  std::vector<uint8_t> buffer(100);
+  EXPECT_EQ(receive_bytes(reader(), buffer, MSG_DONTWAIT), -EAGAIN);
+  EXPECT_EQ(reader().take_error(), 0);
+  // Readable, so that a waiter looks again; nothing ended yet.
+  EXPECT_EQ(reader().readiness() & (POLLIN | POLLHUP | POLLERR | POLLRDHUP), POLLIN);
+  peer_sends_fin();
+  EXPECT_EQ(receive_bytes(reader(), buffer, MSG_DONTWAIT), 0);
+}
+
+TEST_F(StreamPeerLeavesTest, NoFinWithinTheGraceIsAReset) {
+  Watchdog watchdog(30s);
+  pair_.second_transport->peer_leaves();
+  std::vector<uint8_t> buffer(100);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(receive_bytes(reader(), buffer), -ECONNRESET);
+  const auto waited = std::chrono::steady_clock::now() - started;
+  EXPECT_GE(waited, 400ms);
+  EXPECT_LT(waited, 10s);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+}
+
+TEST_F(StreamPeerLeavesTest, AResetOnTheControlConnectionIsAResetAtOnce) {
+  Watchdog watchdog(30s);
+  pair_.second_transport->peer_leaves();
+  std::thread kernel([&] {
+    std::this_thread::sleep_for(20ms);
+    // Not a doorbell, not a FIN: the control connection is gone.
+    ASSERT_EQ(::write(control_[1], "x", 1), 1);
+  });
+  std::vector<uint8_t> buffer(100);
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(receive_bytes(reader(), buffer), -ECONNRESET);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 400ms);
+  kernel.join();
+}
+
+TEST_F(StreamPeerLeavesTest, ALinkThatFailsHereIsAResetAtOnce) {
+  Watchdog watchdog(30s);
+  // Not the peer leaving (a failure seen here): no FIN is to be expected.
+  pair_.second_transport->drop_link();
+  std::vector<uint8_t> buffer(100);
+  EXPECT_EQ(receive_bytes(reader(), buffer, MSG_DONTWAIT), -ECONNRESET);
+}
+
 TEST_F(StreamReceiveFlagsTest, AStopWatchingVerdictKeepsTheStreamAlive) {
   int control[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);

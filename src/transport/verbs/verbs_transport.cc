@@ -245,6 +245,7 @@ void VerbsTransport::consume_cm_events() {
       case RDMA_CM_EVENT_DEVICE_REMOVAL:
         if (!broken_)
           QPSOCK_LOG(debug, "verbs: %s on %s", rdma_event_str(event->event), device_name());
+        if (event->event == RDMA_CM_EVENT_DISCONNECTED && !disconnected_) peer_left_ = true;
         // The error state flushes everything: the engine learns it from a completion.
         break_link();
         break;

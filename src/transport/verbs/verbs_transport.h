@@ -120,6 +120,7 @@ class VerbsTransport final : public stream::Transport {
   // The device the connection runs on ("rxe0", "mlx5_0").
   const char* device_name() const;
   bool link_broken() const { return broken_; }
+  bool peer_left() const override { return peer_left_; }
 
   // --- for the connector and the listener ---
   rdma_cm_id* cm_id() const { return id_.get(); }
@@ -179,6 +180,7 @@ class VerbsTransport final : public stream::Transport {
   bool reads_unreliable_ = false;
 
   bool broken_ = false;
+  bool peer_left_ = false;  // a DISCONNECTED that our own disconnect did not cause
   bool disconnected_ = false;
   bool receive_failure_reported_ = false;
   bool failure_logged_ = false;
