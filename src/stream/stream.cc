@@ -128,6 +128,11 @@ size_t Stream::unsent_bytes() {
   return unsent_payload_ + unnotified_payload_ + rendezvous_out_.bytes_in_flight();
 }
 
+void Stream::return_credit_now() {
+  std::lock_guard state(state_mutex_);
+  return_all_credit_locked();
+}
+
 bool Stream::holds_corked_bytes() {
   std::lock_guard state(state_mutex_);
   return unnotified_ring_bytes_ != 0 && !broken_;
@@ -148,6 +153,7 @@ bool Stream::arm_for_readiness() {
   for (;;) {
     flush_unnotified_locked();
     moved |= progress_locked();
+    return_all_credit_locked();
     if (transport_->arm() < 0) {
       break_connection_locked(ECONNRESET, "arming the transport's wakeup failed");
       return true;

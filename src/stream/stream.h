@@ -121,6 +121,9 @@ class Stream {
   // as TCP does. At least 1.
   void set_receive_low_water(size_t bytes);
   size_t unsent_bytes();    // SIOCOUTQ
+  // Tells the peer now of every byte we have consumed, however few (credit
+  // otherwise goes back by quarters of the ring, or before a reader sleeps).
+  void return_credit_now();
   // Bytes sent with MSG_MORE that the peer has not been told of yet.
   bool holds_corked_bytes();
   // Tells the peer of them now (TCP's cork limit passed); true if some are
@@ -184,6 +187,11 @@ class Stream {
   void on_notification_locked(const Notification& notification);
   void scan_locked();
   void flush_notifications_locked();
+  // The credit of everything consumed goes back, however little (before a
+  // thread sleeps, and return_credit_now), so that the peer knows exactly
+  // what we have read if our process then ends (peer_end_locked: TCP's FIN,
+  // not a reset).
+  void return_all_credit_locked();
   void flush_unnotified_locked();
   bool post_notification_locked(NotificationKind kind, uint32_t value);
   bool send_queue_has_room_locked(uint32_t posts) const;
@@ -362,6 +370,7 @@ class Stream {
   // Until this time the reset is provisional and the FIN makes it an
   // orderly close, as TCP gives.
   std::optional<Clock::time_point> reset_provisional_until_;
+  const char* why_reset_ = "";  // for the log: why the last break was not an orderly end
   uint64_t activity_ = 0;
   std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels

@@ -237,6 +237,16 @@ void Stream::flush_notifications_locked() {
   }
 }
 
+void Stream::return_all_credit_locked() {
+  const uint64_t units = std::min<uint64_t>(receive_credit_.unreturned() / kRingUnit,
+                                            kLargestNotificationValue);
+  if (units == 0 || broken_ || !connected_ || eof_received_ || !window_->can_send_counted() ||
+      !send_queue_has_room_locked(1))
+    return;
+  if (post_notification_locked(NotificationKind::credit, static_cast<uint32_t>(units)))
+    receive_credit_.on_returned(units * kRingUnit);
+}
+
 // Announces bytes written with MSG_MORE: before any wait, receive or poll.
 void Stream::flush_unnotified_locked() {
   if (unnotified_ring_bytes_ == 0 || broken_ || !connected_ || !window_->can_send_counted() ||
@@ -275,6 +285,7 @@ void Stream::break_connection_locked(int pending_error, const char* why) {
         why = "the peer left the link before its FIN came: a reset unless the FIN follows";
         break;
       case PeerEnd::reset:
+        QPSOCK_LOG(debug, "stream: not the peer's orderly end: %s", why_reset_);
         break;
     }
   }
@@ -300,12 +311,20 @@ Stream::PeerEnd Stream::peer_end_locked() {
   // had not finished (a rendezvous we never pulled), and TCP would reset.
   // After our own shutdown(SHUT_RD) the TCP socket reads end of file whatever
   // the peer did.
-  if (!connected_ || control_fd_ < 0 || read_shutdown_ || unsent_payload_ != 0 ||
-      rendezvous_out_.bytes_in_flight() != 0 || rendezvous_in_.front() != nullptr)
+  const auto reset = [this](const char* why) {
+    why_reset_ = why;
     return PeerEnd::reset;
-  // Credit comes back in batches; a transport may know the exact count.
+  };
+  if (!connected_ || control_fd_ < 0) return reset("no control channel");
+  if (read_shutdown_) return reset("we shut down reading");
+  if (unsent_payload_ != 0) return reset("writes of ours in flight");
+  if (rendezvous_out_.bytes_in_flight() != 0) return reset("a rendezvous of ours in flight");
+  if (rendezvous_in_.front() != nullptr) return reset("a rendezvous of the peer's not taken");
+  // Credit comes back in batches (and before a reader sleeps); a transport
+  // may know the exact count.
   const std::optional<uint64_t> consumed = transport_->peer_consumed();
-  if (!send_credit_->all_consumed() && consumed != send_credit_->written()) return PeerEnd::reset;
+  if (!send_credit_->all_consumed() && consumed != send_credit_->written())
+    return reset("bytes of ours the peer has not credited back");
   // The control channel is the TCP connection: end of file there (not a
   // reset, not bytes) is the peer's kernel closing it in order, which it
   // does when the process ends. Over shared memory its FIN is sent while the
@@ -315,11 +334,12 @@ Stream::PeerEnd Stream::peer_end_locked() {
     case ControlState::end_of_file:
       return PeerEnd::orderly;
     case ControlState::quiet:
-      return transport_->peer_left() ? PeerEnd::not_yet_known : PeerEnd::reset;
+      return transport_->peer_left() ? PeerEnd::not_yet_known
+                                     : reset("the link failed here and TCP says nothing");
     case ControlState::gone:
       break;
   }
-  return PeerEnd::reset;
+  return reset("TCP says the connection was reset");
 }
 
 bool Stream::settle_provisional_reset_locked() {

@@ -44,6 +44,7 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
       state.lock();
       continue;
     }
+    return_all_credit_locked();
     if (int error = transport_->arm(); error < 0) {
       // Without a wakeup we cannot sleep: the stream is broken.
       break_connection_locked(ECONNRESET, "arming the transport's wakeup failed");

@@ -177,6 +177,10 @@ bool Connection::take_peer_hello_locked(stream::Stream& current) {
   }
   peer_token_ = hello.token;
   peer_hello_awaited_.store(false, std::memory_order_release);
+  // The hello is ours, not the application's: the peer learns at once that
+  // it was read, so that only the application's bytes can ever count as
+  // unread (a process that ends with none unread closes in order, as TCP).
+  current.return_credit_now();
   hello_done();
   return true;
 }

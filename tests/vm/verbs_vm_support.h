@@ -196,7 +196,15 @@ inline int fail(ChildReport& report, int status, const char* format, ...) {
   return status;
 }
 
-inline StreamSettings vm_settings() { return StreamSettings{}; }  // 1 MiB ring, 64 KiB chunks
+// 1 MiB ring, 64 KiB chunks. Under the VM's emulation a reading thread can
+// take longer than the default 10 ms patience to come to a rendezvous, which
+// is then withdrawn and copied; the tests that require zero-copy must not
+// depend on that timing.
+inline StreamSettings vm_settings() {
+  StreamSettings settings;
+  settings.rendezvous_patience = std::chrono::seconds{1};
+  return settings;
+}
 
 // Establishes the verbs connection (the server listens and tells the client
 // its port on `sync_socket`) and the Stream over it. 0, or a failure status.
