@@ -192,6 +192,9 @@ class Stream {
   // what we have read if our process then ends (peer_end_locked: TCP's FIN,
   // not a reset).
   void return_all_credit_locked();
+  // Posts credit for `ring_bytes` consumed bytes if the peer may hear of it
+  // now; false only if the post failed (the stream is broken).
+  bool post_credit_locked(uint64_t ring_bytes);
   void flush_unnotified_locked();
   bool post_notification_locked(NotificationKind kind, uint32_t value);
   bool send_queue_has_room_locked(uint32_t posts) const;

@@ -211,13 +211,7 @@ void Stream::flush_notifications_locked() {
     if (!post_notification_locked(NotificationKind::slots_returned, slots)) return;
     window_->on_slots_return_sent(slots);
   }
-  // Once the peer has ended its direction, credit for it is of no use.
-  const uint64_t credit = eof_received_ ? 0 : receive_credit_.to_return();
-  if (credit > 0 && window_->can_send_counted() && send_queue_has_room_locked(1)) {
-    const uint64_t units = std::min<uint64_t>(credit / kRingUnit, kLargestNotificationValue);
-    if (!post_notification_locked(NotificationKind::credit, static_cast<uint32_t>(units))) return;
-    receive_credit_.on_returned(units * kRingUnit);
-  }
+  if (!post_credit_locked(receive_credit_.to_return())) return;
   while (!pending_replies_.empty() && window_->can_send_counted() && send_queue_has_room_locked(1)) {
     const Notification reply = pending_replies_.front();
     pending_replies_.pop_front();
@@ -238,13 +232,18 @@ void Stream::flush_notifications_locked() {
 }
 
 void Stream::return_all_credit_locked() {
-  const uint64_t units = std::min<uint64_t>(receive_credit_.unreturned() / kRingUnit,
-                                            kLargestNotificationValue);
-  if (units == 0 || broken_ || !connected_ || eof_received_ || !window_->can_send_counted() ||
-      !send_queue_has_room_locked(1))
-    return;
-  if (post_notification_locked(NotificationKind::credit, static_cast<uint32_t>(units)))
-    receive_credit_.on_returned(units * kRingUnit);
+  if (!broken_ && connected_) post_credit_locked(receive_credit_.unreturned());
+}
+
+bool Stream::post_credit_locked(uint64_t ring_bytes) {
+  // Once the peer has ended its direction, credit for it is of no use.
+  const uint64_t units = std::min<uint64_t>(ring_bytes / kRingUnit, kLargestNotificationValue);
+  if (units == 0 || eof_received_ || !window_->can_send_counted() || !send_queue_has_room_locked(1))
+    return true;
+  if (!post_notification_locked(NotificationKind::credit, static_cast<uint32_t>(units)))
+    return false;
+  receive_credit_.on_returned(units * kRingUnit);
+  return true;
 }
 
 // Announces bytes written with MSG_MORE: before any wait, receive or poll.

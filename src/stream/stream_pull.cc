@@ -103,10 +103,6 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
   return broken_ ? -ECONNRESET : 0;
 }
 
-}  // namespace qpsock::stream
-
-namespace qpsock::stream {
-
 int Stream::post_pull_piece_locked(const IncomingRendezvous& rendezvous, LocalSlice piece,
                                    uint64_t source_offset) {
   const RendezvousDescriptor& source = rendezvous.descriptor;
