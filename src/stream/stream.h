@@ -373,7 +373,6 @@ class Stream {
   // Until this time the reset is provisional and the FIN makes it an
   // orderly close, as TCP gives.
   std::optional<Clock::time_point> reset_provisional_until_;
-  const char* why_reset_ = "";  // for the log: why the last break was not an orderly end
   uint64_t activity_ = 0;
   std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels

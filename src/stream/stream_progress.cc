@@ -284,7 +284,6 @@ void Stream::break_connection_locked(int pending_error, const char* why) {
         why = "the peer left the link before its FIN came: a reset unless the FIN follows";
         break;
       case PeerEnd::reset:
-        QPSOCK_LOG(debug, "stream: not the peer's orderly end: %s", why_reset_);
         break;
     }
   }
@@ -310,8 +309,8 @@ Stream::PeerEnd Stream::peer_end_locked() {
   // had not finished (a rendezvous we never pulled), and TCP would reset.
   // After our own shutdown(SHUT_RD) the TCP socket reads end of file whatever
   // the peer did.
-  const auto reset = [this](const char* why) {
-    why_reset_ = why;
+  const auto reset = [](const char* why) {
+    QPSOCK_LOG(debug, "stream: not the peer's orderly end: %s", why);
     return PeerEnd::reset;
   };
   if (!connected_ || control_fd_ < 0) return reset("no control channel");

@@ -91,6 +91,11 @@ inline ssize_t receive_bytes(Stream& stream, std::span<uint8_t> bytes, int flags
 }
 
 // Settings small enough that tests wrap rings and run out of credit quickly.
+inline constexpr RendezvousMethod kBothMethods[] = {RendezvousMethod::read, RendezvousMethod::write};
+inline const char* method_name(RendezvousMethod method) {
+  return method == RendezvousMethod::read ? "read" : "write";
+}
+
 inline StreamSettings small_settings(RendezvousMethod method = RendezvousMethod::read) {
   StreamSettings settings;
   settings.rendezvous_method = method;

@@ -20,6 +20,8 @@ using ::testing::AtLeast;
 using ::testing::NiceMock;
 using ::testing::Return;
 using testing::fill_pattern;
+using testing::kBothMethods;
+using testing::method_name;
 using testing::first_mismatch;
 using testing::receive_bytes;
 using testing::send_bytes;
@@ -189,8 +191,6 @@ struct ScenarioOutcome {
 
 bool reset_like(ssize_t result) { return result == -ECONNRESET || result == -EPIPE; }
 
-constexpr RendezvousMethod kBothMethods[] = {RendezvousMethod::read, RendezvousMethod::write};
-
 ScenarioOutcome run_scenario(LoopbackStreamPair& pair) {
   ScenarioOutcome outcome;
   Stream& a = *pair.first;
@@ -249,7 +249,7 @@ TEST(StreamFaultSweep, APostFailingAtAnyStepEndsInAResetNotAHang) {
   for (RendezvousMethod method : kBothMethods)
   for (int side = 0; side < 2; ++side) {
     for (uint64_t post = 1; post <= 40; ++post) {
-      SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+      SCOPED_TRACE(method_name(method));
       LoopbackStreamPair pair;
       ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
       (side == 0 ? pair.first_transport : pair.second_transport)
@@ -272,7 +272,7 @@ TEST(StreamFaultSweep, ACompletionFailingAtAnyStepEndsInAResetNotAHang) {
   for (RendezvousMethod method : kBothMethods)
   for (int side = 0; side < 2; ++side) {
     for (uint64_t completions = 0; completions <= 40; ++completions) {
-      SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+      SCOPED_TRACE(method_name(method));
       LoopbackStreamPair pair;
       ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
       (side == 0 ? pair.first_transport : pair.second_transport)
@@ -292,7 +292,7 @@ TEST(StreamFaultSweep, ACompletionFailingAtAnyStepEndsInAResetNotAHang) {
 
 TEST(StreamPeerDropped, MidRendezvousBothSidesSeeAReset) {
   for (RendezvousMethod method : kBothMethods) {
-  SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+  SCOPED_TRACE(method_name(method));
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
   Watchdog watchdog(30s);
@@ -337,7 +337,7 @@ TEST(StreamPeerDropped, ABlockedWriterWakesWithAReset) {
 
 TEST(StreamAbort, AbortDuringARendezvousReturnsAndTheBufferIsNoLongerReadable) {
   for (RendezvousMethod method : kBothMethods) {
-  SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+  SCOPED_TRACE(method_name(method));
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
   Watchdog watchdog(30s);
@@ -376,7 +376,7 @@ TEST(StreamWriteRequests, ARequestForBytesNeverOfferedIsAProtocolError) {
 TEST(StreamWriteRequests, BytesWrittenThatWereNeverAskedForAreAProtocolError) {
   Watchdog watchdog(30s);
   for (RendezvousMethod method : kBothMethods) {
-    SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+    SCOPED_TRACE(method_name(method));
     LoopbackStreamPair pair;
     ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
     ASSERT_EQ(pair.second_transport->post_write(

@@ -17,6 +17,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::fill_pattern;
+using testing::kBothMethods;
+using testing::method_name;
 using testing::first_mismatch;
 using testing::receive_bytes;
 using testing::send_bytes;
@@ -58,13 +60,13 @@ class StreamRendezvousTest : public ::testing::TestWithParam<RendezvousMethod> {
   LoopbackStreamPair pair_;
 };
 
-std::string method_name(const ::testing::TestParamInfo<RendezvousMethod>& info) {
+std::string parameter_name(const ::testing::TestParamInfo<RendezvousMethod>& info) {
   return info.param == RendezvousMethod::read ? "Read" : "Write";
 }
 
 INSTANTIATE_TEST_SUITE_P(BothMethods, StreamRendezvousTest,
                          ::testing::Values(RendezvousMethod::read, RendezvousMethod::write),
-                         method_name);
+                         parameter_name);
 
 TEST_P(StreamRendezvousTest, TheReaderTakesItInSmallPiecesAndTheWriterWaitsForAll) {
   Watchdog watchdog(60s);
@@ -235,11 +237,9 @@ TEST_P(StreamRendezvousTest, AWriteThatFitsTheFreeRingIsCopiedThoughNobodyReads)
   EXPECT_EQ(taken().pieces_pulled, 0u);
 }
 
-constexpr RendezvousMethod kBothMethods[] = {RendezvousMethod::read, RendezvousMethod::write};
-
 TEST(StreamRendezvousPatience, ARendezvousNobodyTakesIsWithdrawnAndCopied) {
   for (RendezvousMethod method : kBothMethods) {
-  SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+  SCOPED_TRACE(method_name(method));
   StreamSettings settings = small_settings(method);
   settings.rendezvous_patience = 5ms;
   LoopbackStreamPair pair;
@@ -286,7 +286,7 @@ class FailingProvider final : public RegistrationProvider {
 
 TEST(StreamRendezvousFallback, AWriteWhoseBufferCannotBeRegisteredIsCopied) {
   for (RendezvousMethod method : kBothMethods) {
-  SCOPED_TRACE(method == RendezvousMethod::read ? "read" : "write");
+  SCOPED_TRACE(method_name(method));
   std::unique_ptr<LoopbackTransport> first_transport, second_transport;
   ASSERT_EQ(LoopbackTransport::make_pair({}, first_transport, second_transport), 0);
   std::unique_ptr<Stream> writer, reader;
