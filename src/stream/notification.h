@@ -12,7 +12,7 @@ enum class NotificationKind : uint8_t {
   data_arrived = 1,         // value: ring units the sender wrote since its last data_arrived
   credit = 2,               // value: ring units the receiver consumed since its last credit
   slots_returned = 3,       // value: counted notifications the receiver polled (see NotificationWindow)
-  rendezvous_done = 4,      // value: rendezvous id; the receiver took every byte
+  rendezvous_done = 4,      // value: rendezvous id; the receiver took every byte (read method only)
   rendezvous_declined = 5,  // value: rendezvous id; cancelled before any byte was taken
   rendezvous_cancel = 6,    // value: rendezvous id; the sender was interrupted and asks to cancel
   end_of_stream = 7,        // value: 0; the sender shut down its direction after everything before

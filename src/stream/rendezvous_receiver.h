@@ -1,8 +1,10 @@
 // The receiver's side of zero-copy writes. Rendezvous records are queued as
-// they are scanned; the front one is pulled with RDMA reads as the application
+// they are scanned; the front one is pulled (with RDMA reads, or asked for
+// piece by piece, in order, and written by the sender) as the application
 // reads: straight into its buffer for big reads, through a bounce buffer for
 // small reads and MSG_PEEK. When every byte is taken the receiver answers
-// rendezvous_done, and the sender's write returns.
+// rendezvous_done, and the sender's write returns; a sender that wrote the
+// bytes itself knows that from its completions, and is not answered.
 #pragma once
 
 #include <cstddef>

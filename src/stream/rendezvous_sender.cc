@@ -47,16 +47,27 @@ bool RendezvousSender::settled(uint32_t id) const {
 std::optional<LocalSlice> RendezvousSender::accept_write_request(uint32_t id, uint64_t offset,
                                                                  uint64_t length) {
   Entry* entry = find(id);
+  // The receiver asks for the bytes in order, each once: what it asked for
+  // so far is a prefix, and all of it asked for and written is all delivered.
   if (entry == nullptr || entry->outcome != RendezvousOutcome::pending || length == 0 ||
-      offset > entry->length || length > entry->length - offset)
+      offset != entry->requested || length > entry->length - offset)
     return std::nullopt;
+  entry->requested += length;
   ++entry->writes_in_flight;
   return LocalSlice{entry->source + offset, length, entry->registration};
 }
 
-void RendezvousSender::on_write_completed(uint32_t id) {
-  if (Entry* entry = find(id); entry != nullptr && entry->writes_in_flight > 0)
-    --entry->writes_in_flight;
+void RendezvousSender::on_write_completed(uint32_t id, bool succeeded) {
+  Entry* entry = find(id);
+  if (entry == nullptr || entry->writes_in_flight == 0) return;
+  --entry->writes_in_flight;
+  if (!succeeded) entry->write_failed = true;
+  // A reliable connection completes a write only once the receiver holds its
+  // bytes: every byte written is every byte delivered. Waiting for the
+  // receiver to say so as well would cost its wakeup and a message.
+  if (entry->writes_in_flight == 0 && entry->requested == entry->length && !entry->write_failed &&
+      entry->outcome == RendezvousOutcome::pending)
+    entry->outcome = RendezvousOutcome::done;
 }
 
 void RendezvousSender::finish(uint32_t id) {

@@ -1,10 +1,11 @@
 // The sender's side of zero-copy writes: a large contiguous piece of a blocking
-// send is registered and described in a rendezvous record; the receiver pulls
-// it with RDMA reads (RendezvousMethod::read), or asks for it piece by piece
-// and the sender writes each piece into the receiver's buffer
-// (RendezvousMethod::write), and answers rendezvous_done. The sending thread
-// returns only then, and once no write of its own still reads the buffer, so
-// its buffer is untouched until the bytes left.
+// send is registered and described in a rendezvous record. With
+// RendezvousMethod::read the receiver pulls it with RDMA reads and answers
+// rendezvous_done. With RendezvousMethod::write it asks for it piece by
+// piece, in order, and the sender writes each piece into the receiver's
+// buffer; once every byte is asked for and every write has completed, the
+// bytes are the receiver's, and no answer is needed. The sending thread
+// returns only then, so its buffer is untouched until the bytes left.
 //
 // If the sending thread is interrupted by a signal while it waits, it asks the
 // receiver to cancel: the receiver declines a rendezvous it has not started
@@ -38,9 +39,12 @@ class RendezvousSender {
   // RendezvousMethod::write: the receiver asks for `length` bytes from
   // `offset` of rendezvous `id`. The slice to write them from (counted as a
   // write in flight until on_write_completed), or nothing if the request
-  // names no pending rendezvous or bytes beyond it (a protocol error).
+  // names no pending rendezvous, bytes beyond it, or does not follow the
+  // bytes asked for before (a protocol error).
   std::optional<LocalSlice> accept_write_request(uint32_t id, uint64_t offset, uint64_t length);
-  void on_write_completed(uint32_t id);
+  // One of our writes of `id` completed; the last one of a rendezvous asked
+  // for in full makes it done, if every write succeeded.
+  void on_write_completed(uint32_t id, bool succeeded);
   // Stops tracking `id` (its sender has returned).
   void finish(uint32_t id);
   // Bytes of started rendezvous not yet answered (part of SIOCOUTQ).
@@ -54,6 +58,8 @@ class RendezvousSender {
     const MemoryRegistration* registration;  // the sending thread's lease holds it
     RendezvousOutcome outcome = RendezvousOutcome::pending;
     uint32_t writes_in_flight = 0;
+    uint64_t requested = 0;  // RendezvousMethod::write: bytes asked for so far
+    bool write_failed = false;
   };
   Entry* find(uint32_t id);
   const Entry* find(uint32_t id) const;

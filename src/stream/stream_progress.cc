@@ -36,7 +36,8 @@ void Stream::dispatch_locked(const Completion& completion) {
     case CompletionKind::write_done:
       if (posts_outstanding_ > 0) --posts_outstanding_;
       if (post_kind(completion.cookie) == PostKind::rendezvous_write)
-        rendezvous_out_.on_write_completed(cookie_rendezvous_id(completion.cookie));
+        rendezvous_out_.on_write_completed(cookie_rendezvous_id(completion.cookie),
+                                           completion.status == 0);
       if (post_kind(completion.cookie) == PostKind::ring_write) {
         unsent_payload_ -= std::min<uint64_t>(cookie_payload_bytes(completion.cookie), unsent_payload_);
         if (completion.status == 0)
@@ -89,7 +90,8 @@ void Stream::on_notification_locked(const Notification& notification) {
         readable_bytes_ -= std::min(declined_bytes, readable_bytes_);
         pending_replies_.push_back({NotificationKind::rendezvous_declined, notification.value});
       }
-      // Otherwise it was started (or is done): rendezvous_done answers it.
+      // Otherwise it was started (or is done): rendezvous_done answers it,
+      // or, when we ask for the bytes to be written, the last write does.
       break;
     }
     case NotificationKind::end_of_stream:
@@ -141,7 +143,7 @@ void Stream::post_rendezvous_writes_locked() {
         rendezvous_write_cookie(write.id));
     if (error < 0) {
       --posts_outstanding_;
-      rendezvous_out_.on_write_completed(write.id);
+      rendezvous_out_.on_write_completed(write.id, false);
       post_failed_locked("a rendezvous write", error);
       return;
     }

@@ -217,7 +217,9 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
   if (rendezvous->untaken() == 0) {
     ++rendezvous_counts_.received;
     rendezvous_counts_.bytes_received += rendezvous->descriptor.length;
-    pending_replies_.push_back({NotificationKind::rendezvous_done, rendezvous->descriptor.id});
+    // A writer knows from its own completions that we have every byte.
+    if (!writes_rendezvous())
+      pending_replies_.push_back({NotificationKind::rendezvous_done, rendezvous->descriptor.id});
     consume_record_locked(record);
     rendezvous_in_.pop_front();
     flush_notifications_locked();

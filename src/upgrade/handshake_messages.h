@@ -10,7 +10,8 @@
 
 namespace qpsock::upgrade {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: a rendezvous written by its sender is not answered with rendezvous_done.
+inline constexpr uint32_t kProtocolVersion = 2;
 inline constexpr uint64_t kHelloMagic = 0x316b636f73707100ull;  // "\0qpsock1"
 inline constexpr uint64_t kSwitchMagic = 0x6863746977737100ull;  // "\0qswitch"
 
