@@ -284,8 +284,15 @@ class Stream {
   // Copies data records at the head into `destination` (the copy runs without
   // the state lock), consuming them; stops at a rendezvous record.
   size_t deliver_ring_data(StateLock& state, IovecCursor& destination);
-  // Delivers from the rendezvous at the head, pulling as needed.
-  ssize_t deliver_rendezvous(StateLock& receive_lock, StateLock& state, IovecCursor& destination);
+  // Delivers from the rendezvous at the head, pulling as needed (straight
+  // into `prepared_landing` when it covers the destination).
+  ssize_t deliver_rendezvous(StateLock& receive_lock, StateLock& state, IovecCursor& destination,
+                             const RegistrationLease& prepared_landing);
+  // Before a read sleeps for bytes that will likely come by rendezvous:
+  // registers the buffer they would land in, so that the pull can ask for
+  // them the moment the rendezvous arrives.
+  void prepare_landing_locked(StateLock& state, const IovecCursor& destination,
+                              RegistrationLease& landing);
   // MSG_PEEK: copies what is readable without consuming it.
   ssize_t peek(StateLock& receive_lock, StateLock& state, std::span<const iovec> buffers);
   void consume_record_locked(const RecordView& record);
@@ -297,7 +304,7 @@ class Stream {
   int pull_into_bounce(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
                        uint64_t length);
   int pull_direct(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
-                  ByteRange destination);
+                  ByteRange destination, const RegistrationLease& prepared_landing);
   int run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
                LocalSlice landing);
   // One piece of a pull: a read of the sender's buffer, or a request that
@@ -363,6 +370,7 @@ class Stream {
   int pending_error_ = 0;               // positive errno, reported once
   bool end_of_stream_pending_ = false;
   bool pull_active_ = false;            // a receiver waits for its reads
+  bool rendezvous_expected_ = false;    // the last bytes read came by a direct pull
   // The peer ended its stream and then went: TCP's orderly close, not a
   // reset. TCP answers our next write with a reset; later ones fail EPIPE.
   bool peer_closed_ = false;

@@ -22,16 +22,18 @@ constexpr std::chrono::seconds kReadFlushLimit{1};
 }  // namespace
 
 int Stream::pull_direct(StateLock& receive_lock, StateLock& state, IncomingRendezvous& rendezvous,
-                        ByteRange destination) {
+                        ByteRange destination, const RegistrationLease& prepared_landing) {
   rendezvous.claimed = true;
-  // Registering can take a while: not under the state lock (the receive lock
-  // keeps the rendezvous ours).
-  state.unlock();
-  RegistrationLease lease;
-  const int registered = registrations_->acquire(destination.data, destination.length,
-                                                 landing_access(), lease);
-  state.lock();
-  if (registered < 0) return 1;
+  RegistrationLease lease = prepared_landing;
+  if (!lease || !lease->covers(destination.data, destination.length)) {
+    // Registering can take a while: not under the state lock (the receive
+    // lock keeps the rendezvous ours).
+    state.unlock();
+    const int registered = registrations_->acquire(destination.data, destination.length,
+                                                   landing_access(), lease);
+    state.lock();
+    if (registered < 0) return 1;
+  }
   return run_pull(receive_lock, state, rendezvous,
                   LocalSlice{destination.data, destination.length, lease.get()});
 }

@@ -20,6 +20,7 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
   const size_t wanted = IovecCursor::total_length(buffers);
   IovecCursor destination(buffers);
   ssize_t delivered = 0;
+  RegistrationLease prepared_landing;
   for (;;) {
     StateLock receive_lock(receive_mutex_);
     StateLock state(state_mutex_);
@@ -53,7 +54,7 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
         const ssize_t delivered_before = delivered;
         delivered += static_cast<ssize_t>(deliver_ring_data(state, destination));
         if (destination.done()) break;
-        const ssize_t pulled = deliver_rendezvous(receive_lock, state, destination);
+        const ssize_t pulled = deliver_rendezvous(receive_lock, state, destination, prepared_landing);
         if (pulled < 0) return delivered > 0 ? delivered : pulled;
         delivered += pulled;
         if (destination.done() || (read_offset_ == head_before && delivered == delivered_before))
@@ -79,6 +80,7 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
       if (waited < 0) return have > 0 ? have : waited;
       continue;
     }
+    if (have == 0 && !peeking && !prepared_landing) prepare_landing_locked(state, destination, prepared_landing);
     receive_lock.unlock();
     const int waited = wait_until(
         state, [&] { return notified_ != examined || eof_received_ || read_shutdown_; },
@@ -87,6 +89,19 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
     if (waited == -ETIMEDOUT) return have > 0 ? have : -EAGAIN;
     if (waited < 0) return have > 0 ? have : waited;
   }
+}
+
+void Stream::prepare_landing_locked(StateLock& state, const IovecCursor& destination,
+                                    RegistrationLease& landing) {
+  // Only where the last read was a direct pull: a stream of small writes
+  // would pay a registration per read for nothing.
+  const ByteRange segment = destination.contiguous();
+  if (!rendezvous_expected_ || segment.length < settings_.direct_pull_minimum) return;
+  state.unlock();
+  // Unused if the bytes come otherwise; a failure only means registering later.
+  if (registrations_->acquire(segment.data, segment.length, landing_access(), landing) < 0)
+    landing.reset();
+  state.lock();
 }
 
 int Stream::wait_for_peer_verdict(StateLock& receive_lock, StateLock& state) {
@@ -142,6 +157,7 @@ size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
   read_offset_ = offset;
   head_taken_ = taken;
   readable_bytes_ -= std::min(payload_copied, readable_bytes_);
+  if (payload_copied > 0) rendezvous_expected_ = false;
   if (ring_consumed > 0) {
     note_consumed_locked(ring_consumed, (flags & kRecordCreditWanted) != 0);
     flush_notifications_locked();
@@ -173,7 +189,8 @@ size_t Stream::take_from_bounce_locked(IncomingRendezvous& rendezvous, IovecCurs
 }
 
 ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
-                                   IovecCursor& destination) {
+                                   IovecCursor& destination,
+                                   const RegistrationLease& prepared_landing) {
   const RecordView record = read_record(ring_.bytes(), ring_geometry_, read_offset_, notified_);
   if (record.status != RecordStatus::complete || record.header.type != RecordType::rendezvous)
     return 0;
@@ -196,7 +213,8 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
     int result = 1;
     if (segment.length >= settings_.direct_pull_minimum && want >= settings_.direct_pull_minimum) {
       const ByteRange target{segment.data, std::min<uint64_t>(segment.length, want)};
-      result = pull_direct(receive_lock, state, *rendezvous, target);
+      result = pull_direct(receive_lock, state, *rendezvous, target, prepared_landing);
+      rendezvous_expected_ = result == 0;
       if (result == 0) {
         destination.advance(target.length);
         rendezvous->taken += target.length;

@@ -314,5 +314,63 @@ TEST(StreamRendezvousFallback, AWriteWhoseBufferCannotBeRegisteredIsCopied) {
   }
 }
 
+// Registers as the default does, and counts.
+class CountingProvider final : public RegistrationProvider {
+ public:
+  explicit CountingProvider(Transport& transport) : direct_(transport) {}
+  int acquire(void* address, size_t length, MemoryAccess access, RegistrationLease& lease) override {
+    ++acquired;
+    return direct_.acquire(address, length, access, lease);
+  }
+  std::atomic<int> acquired{0};
+
+ private:
+  DirectRegistrationProvider direct_;
+};
+
+// A read that sleeps right after one that took a rendezvous registers its
+// buffer first, and the next rendezvous lands there without registering
+// again; bytes that come copied instead are read as ever, and the read after
+// them does not register in advance.
+TEST(StreamRendezvousPreparedLanding, AReadAfterAPullRegistersItsBufferBeforeTheBytesCome) {
+  for (RendezvousMethod method : kBothMethods) {
+  SCOPED_TRACE(method_name(method));
+  std::unique_ptr<LoopbackTransport> first_transport, second_transport;
+  ASSERT_EQ(LoopbackTransport::make_pair({}, first_transport, second_transport), 0);
+  auto registrations = std::make_shared<CountingProvider>(*second_transport);
+  std::unique_ptr<Stream> writer, reader;
+  ASSERT_EQ(Stream::create(std::move(first_transport), small_settings(method), nullptr, writer), 0);
+  ASSERT_EQ(Stream::create(std::move(second_transport), small_settings(method), registrations, reader),
+            0);
+  ASSERT_EQ(connect_streams(*writer, *reader), 0);
+  Watchdog watchdog(60s);
+  const size_t big = 300 << 10, small = 100;
+  std::vector<uint8_t> data(3 * big + small);
+  fill_pattern(10, 0, data);
+  // Each write comes while the reader sleeps in its next read.
+  std::thread sender([&] {
+    size_t offset = 0;
+    for (size_t length : {big, small, big, big}) {
+      EXPECT_EQ(send_bytes(*writer, {data.data() + offset, length}), static_cast<ssize_t>(length));
+      offset += length;
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  std::vector<uint8_t> in(data.size());
+  size_t received = 0;
+  while (received < in.size()) {
+    const ssize_t got = receive_bytes(*reader, {in.data() + received, in.size() - received});
+    ASSERT_GT(got, 0);
+    received += static_cast<size_t>(got);
+  }
+  sender.join();
+  EXPECT_EQ(first_mismatch(10, 0, in), -1);
+  EXPECT_EQ(reader->rendezvous_counts().bytes_received, 3 * big);
+  // The first rendezvous, on arrival; in advance after it (unused: the small
+  // write came copied); the second, on arrival; in advance for the third.
+  EXPECT_EQ(registrations->acquired, 4);
+  }
+}
+
 }  // namespace
 }  // namespace qpsock::stream
