@@ -307,8 +307,10 @@ ControlState Stream::control_state_locked() {
 }
 
 Stream::PeerEnd Stream::peer_end_locked() {
-  // Anything of ours the peer may not have read, or a write of its own it
-  // had not finished (a rendezvous we never pulled), and TCP would reset.
+  // Anything of ours the peer may not have read, and TCP would reset. (A
+  // write of its own it had not finished, a rendezvous we had not taken in
+  // full, is no reason: TCP delivers what a dying writer's kernel had
+  // accepted, then the FIN; here that is what landed of it, deliver_rendezvous.)
   // After our own shutdown(SHUT_RD) the TCP socket reads end of file whatever
   // the peer did.
   const auto reset = [](const char* why) {
@@ -319,7 +321,6 @@ Stream::PeerEnd Stream::peer_end_locked() {
   if (read_shutdown_) return reset("we shut down reading");
   if (unsent_payload_ != 0) return reset("writes of ours in flight");
   if (rendezvous_out_.bytes_in_flight() != 0) return reset("a rendezvous of ours in flight");
-  if (rendezvous_in_.front() != nullptr) return reset("a rendezvous of the peer's not taken");
   // Credit comes back in batches (and before a reader sleeps); a transport
   // may know the exact count.
   const std::optional<uint64_t> consumed = transport_->peer_consumed();

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/log.h"
 #include "libc/next_symbols.h"
 #include "stream/stream.h"
 
@@ -207,6 +208,20 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
     return 0;
   }
   size_t delivered = take_from_bounce_locked(*rendezvous, destination);
+  if (broken_ && eof_received_ && rendezvous->untaken() > 0) {
+    // The writer's process ended in the middle of this write, and its end
+    // was orderly. What had landed is delivered; the rest was never sent,
+    // as the part of a TCP write its kernel had not yet accepted.
+    if (rendezvous_in_.bounce().held_bytes() > 0) return static_cast<ssize_t>(delivered);
+    QPSOCK_LOG(debug, "stream: the peer ended %llu bytes into a write of %llu; the rest never came",
+               static_cast<unsigned long long>(rendezvous->taken),
+               static_cast<unsigned long long>(rendezvous->descriptor.length));
+    readable_bytes_ -= std::min<uint64_t>(rendezvous->untaken(), readable_bytes_);
+    consume_record_locked(record);
+    rendezvous_in_.pop_front();
+    flush_notifications_locked();
+    return static_cast<ssize_t>(delivered);
+  }
   if (rendezvous->untaken() > 0 && !destination.done()) {
     const ByteRange segment = destination.contiguous();
     const uint64_t want = std::min<uint64_t>(destination.remaining(), rendezvous->untaken());

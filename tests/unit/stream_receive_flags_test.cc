@@ -333,6 +333,29 @@ TEST_F(StreamPeerLeavesTest, AFinAfterTheLinkWentIsAnOrderlyEnd) {
   EXPECT_EQ(send_bytes(reader(), text("x")), -EPIPE);
 }
 
+// Killed in the middle of a blocking write that went by rendezvous: the
+// reader gets what came before it, then end of file, as from a TCP writer
+// killed while its kernel still had part of a write to accept.
+TEST_F(StreamPeerLeavesTest, AWriterThatLeavesInTheMiddleOfALargeWriteEndsInOrder) {
+  Watchdog watchdog(30s);
+  ASSERT_EQ(send_bytes(writer(), text("before")), 6);
+  std::vector<uint8_t> large(200 << 10, 7);
+  std::thread dying_writer([&] {
+    // It never returns with all of it: the link goes first.
+    EXPECT_LT(send_bytes(writer(), large), static_cast<ssize_t>(large.size()));
+  });
+  while (reader().readable_bytes() < 6 + large.size()) std::this_thread::sleep_for(1ms);
+  pair_.second_transport->peer_leaves();
+  peer_sends_fin();
+  std::vector<uint8_t> buffer(100);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 6);
+  EXPECT_EQ(std::string(buffer.begin(), buffer.begin() + 6), "before");
+  EXPECT_EQ(receive_bytes(reader(), buffer), 0);
+  EXPECT_EQ(reader().take_error(), 0);
+  EXPECT_EQ(reader().readable_bytes(), 0u);
+  dying_writer.join();
+}
+
 TEST_F(StreamPeerLeavesTest, UntilTheFinANonBlockingReadSaysEagain) {
   Watchdog watchdog(30s);
   pair_.second_transport->peer_leaves();
