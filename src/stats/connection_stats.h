@@ -49,6 +49,11 @@ inline void add_received(Handle handle, uint64_t bytes, Path path = Path::kernel
   process_registry().add_bytes(handle, Direction::received, path, bytes);
 }
 
+// Of the bytes counted as offloaded, `bytes` more moved zero-copy.
+inline void add_zero_copy(Handle handle, Direction direction, uint64_t bytes) {
+  process_registry().add_zero_copy(handle, direction, bytes);
+}
+
 // Another fd of this process refers to the connection (dup, dup2, F_DUPFD).
 inline void add_reference(Handle handle) { process_registry().add_reference(handle); }
 // close(2) of one fd on the connection; the last fd of the last process frees the slot.

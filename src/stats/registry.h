@@ -76,6 +76,11 @@ class Registry {
       slot->bytes[static_cast<int>(direction)][family].fetch_add(bytes, std::memory_order_relaxed);
     }
   }
+  // Offloaded bytes (already counted by add_bytes) that moved zero-copy.
+  void add_zero_copy(Handle handle, Direction direction, uint64_t bytes) {
+    if (format::Slot* slot = find(handle)) [[likely]]
+      slot->zero_copy_bytes[static_cast<int>(direction)].fetch_add(bytes, std::memory_order_relaxed);
+  }
   // Another fd of this process refers to the connection (dup).
   void add_reference(Handle handle);
   // One fd of this process no longer does (close); the last one frees the slot.

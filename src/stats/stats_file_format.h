@@ -92,10 +92,15 @@ struct alignas(64) Slot {
   std::atomic<uint32_t> reason_sequence;
   char decision[80];                  // what qpsock.conf decided and why; set at open
   char reason[96];                    // why the connection is on `path`; changed with it
+  // zero_copy_bytes[direction]: of the offloaded bytes, those that moved
+  // zero-copy (rendezvous), counted once each whole write was taken. In
+  // what was padding before: files of older libraries read 0 here.
+  std::atomic<uint64_t> zero_copy_bytes[2];
 };
 
 static_assert(sizeof(FileHeader) % 64 == 0);
 static_assert(sizeof(Slot) % 64 == 0);
+static_assert(sizeof(Slot) == 320, "the slot's size is part of the file format");
 
 inline constexpr size_t file_size(uint32_t slot_count) {
   return sizeof(FileHeader) + size_t{slot_count} * sizeof(Slot);

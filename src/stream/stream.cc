@@ -338,7 +338,10 @@ uint32_t Stream::notifications_in_flight() {
 
 RendezvousCounts Stream::rendezvous_counts() {
   std::lock_guard state(state_mutex_);
-  return rendezvous_counts_;
+  RendezvousCounts counts = rendezvous_counts_;
+  counts.bytes_sent = rendezvous_bytes_sent();
+  counts.bytes_received = rendezvous_bytes_received();
+  return counts;
 }
 
 bool Stream::broken() {

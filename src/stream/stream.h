@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -174,6 +175,12 @@ class Stream {
   // Test and statistics hooks.
   uint32_t notifications_in_flight();
   RendezvousCounts rendezvous_counts();
+  // RendezvousCounts' bytes_sent and bytes_received, without the lock (for
+  // statistics kept per call).
+  uint64_t rendezvous_bytes_sent() const { return rendezvous_bytes_sent_.load(std::memory_order_relaxed); }
+  uint64_t rendezvous_bytes_received() const {
+    return rendezvous_bytes_received_.load(std::memory_order_relaxed);
+  }
   bool broken();
 
  private:
@@ -384,7 +391,9 @@ class Stream {
   uint64_t activity_ = 0;
   std::vector<std::shared_ptr<ReadinessSignal>> readiness_signals_;
   std::deque<Notification> pending_replies_;  // rendezvous answers and cancels
-  RendezvousCounts rendezvous_counts_;
+  RendezvousCounts rendezvous_counts_;  // but its bytes_sent and bytes_received:
+  std::atomic<uint64_t> rendezvous_bytes_sent_{0};
+  std::atomic<uint64_t> rendezvous_bytes_received_{0};
   SpinBudget spin_budget_;
   // RendezvousMethod::write: pieces of our rendezvous the peer asked for,
   // not yet posted; the slots of our requests in the peer's box.

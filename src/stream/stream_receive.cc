@@ -249,7 +249,7 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
   }
   if (rendezvous->untaken() == 0) {
     ++rendezvous_counts_.received;
-    rendezvous_counts_.bytes_received += rendezvous->descriptor.length;
+    rendezvous_bytes_received_.fetch_add(rendezvous->descriptor.length, std::memory_order_relaxed);
     // A writer knows from its own completions that we have every byte.
     if (!writes_rendezvous())
       pending_replies_.push_back({NotificationKind::rendezvous_done, rendezvous->descriptor.id});

@@ -28,7 +28,7 @@ ssize_t Stream::send_rendezvous(StateLock& state, ByteRange piece, const Registr
       rendezvous_out_.finish(id);
       if (outcome == RendezvousOutcome::done) {
         ++rendezvous_counts_.sent;
-        rendezvous_counts_.bytes_sent += piece.length;
+        rendezvous_bytes_sent_.fetch_add(piece.length, std::memory_order_relaxed);
         return static_cast<ssize_t>(piece.length);
       }
       if (outcome == RendezvousOutcome::declined) return if_declined;

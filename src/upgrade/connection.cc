@@ -42,6 +42,17 @@ void Connection::attach_statistics(stats::Handle handle) {
   report_path();
 }
 
+void Connection::count_zero_copy(stats::Direction direction, uint64_t total) {
+  std::atomic<uint64_t>& counted = zero_copy_counted_[static_cast<int>(direction)];
+  uint64_t before = counted.load(std::memory_order_relaxed);
+  while (total > before) {
+    if (counted.compare_exchange_weak(before, total, std::memory_order_relaxed)) {
+      stats::add_zero_copy(statistics_.load(std::memory_order_acquire), direction, total - before);
+      return;
+    }
+  }
+}
+
 void Connection::report_path() {
   const stats::Handle handle = statistics_.load(std::memory_order_acquire);
   if (handle == 0) return;

@@ -145,11 +145,16 @@ class Connection {
   void count_received(ssize_t bytes, stats::Path path) const {
     if (bytes > 0) stats::add_received(statistics_.load(std::memory_order_acquire), static_cast<uint64_t>(bytes), path);
   }
+  // The stream has moved `total` bytes of `direction` zero-copy so far: the
+  // statistics get what they have not been told yet, each byte once
+  // whichever thread tells them.
+  void count_zero_copy(stats::Direction direction, uint64_t total);
 
   const config::Role role_;
   std::atomic<uint32_t> attached_fds_{0};
   std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
   std::atomic<stats::Handle> statistics_{0};
+  std::atomic<uint64_t> zero_copy_counted_[2] = {};  // [stats::Direction]
   std::atomic<const char*> decline_reason_{nullptr};
   // The path of the stream's bytes (the transport's kind).
   stats::Path offloaded_path_ = stats::Path::shm;

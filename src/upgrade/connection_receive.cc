@@ -195,7 +195,10 @@ ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flag
                                         stream::Blocking& blocking) {
   const ssize_t got = stream()->receive(buffers, flags, blocking);
   if (got < 0) return failed(got);
-  if ((flags & MSG_PEEK) == 0) count_received(got, offloaded_path_);
+  if ((flags & MSG_PEEK) == 0) {
+    count_received(got, offloaded_path_);
+    count_zero_copy(stats::Direction::received, stream()->rendezvous_bytes_received());
+  }
   return got;
 }
 

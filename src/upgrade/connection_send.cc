@@ -158,6 +158,7 @@ ssize_t Connection::send_over_stream(int fd, std::span<const iovec> data, int fl
   const ssize_t sent = stream()->send(data, flags & ~MSG_NOSIGNAL, blocking);
   if (sent >= 0) {
     count_sent(sent, offloaded_path_);
+    count_zero_copy(stats::Direction::sent, stream()->rendezvous_bytes_sent());
     if ((flags & MSG_MORE) != 0 && sent > 0 && stream()->holds_corked_bytes() &&
         !cork_flush_scheduled_.exchange(true, std::memory_order_acq_rel))
       flush_cork_later(fd, this);

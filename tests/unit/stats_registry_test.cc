@@ -70,6 +70,17 @@ TEST_F(StatsRegistry, CountsBytesPerDirectionAndPathFamily) {
   EXPECT_EQ(slot->bytes[format::kReceived][format::kOffloaded].load(), 5u);
 }
 
+TEST_F(StatsRegistry, CountsZeroCopyBytesPerDirection) {
+  const Handle handle = open_one();
+  registry_.add_bytes(handle, Direction::sent, Path::rdma, 3 << 20);
+  registry_.add_zero_copy(handle, Direction::sent, 2 << 20);
+  registry_.add_zero_copy(handle, Direction::sent, 1 << 20);
+  const format::Slot* slot = registry_.find(handle);
+  EXPECT_EQ(slot->zero_copy_bytes[format::kSent].load(), 3u << 20);
+  EXPECT_EQ(slot->zero_copy_bytes[format::kReceived].load(), 0u);
+  registry_.add_zero_copy(0, Direction::received, 1);  // not recorded: ignored
+}
+
 TEST_F(StatsRegistry, SetPathChangesPathAndReason) {
   const Handle handle = open_one(Path::pending, "upgrade pending");
   registry_.set_path(handle, Path::shm, "upgraded to shared memory");

@@ -121,6 +121,16 @@ for pid in by_pid:
             counts = row[direction]
             if counts["total"] != expected or counts["offloaded"] != expected:
                 problems.append(f"pid {pid}: {direction} {counts}, expected {expected} all offloaded")
+            if counts["zero_copy"] > counts["offloaded"]:
+                problems.append(f"pid {pid}: {direction} {counts}: more zero-copy than offloaded")
+# Writes of up to 4 MiB: the large ones go zero-copy, counted alike at both ends.
+if expected is not None and len(by_pid) == 2 and not problems:
+    first, second = (by_pid[pid]["connections"][0] for pid in by_pid)
+    if first["sent"]["zero_copy"] != second["received"]["zero_copy"] or \
+            second["sent"]["zero_copy"] != first["received"]["zero_copy"]:
+        problems.append(f"zero-copy bytes differ at the two ends: {first} {second}")
+    elif first["sent"]["zero_copy"] + second["sent"]["zero_copy"] == 0:
+        problems.append("no write went zero-copy")
 print("; ".join(problems))
 PY
 }
@@ -217,7 +227,7 @@ gated_exchange() {
     snapshot after
     echo "  $name: $bytes bytes each way in $t1 ms: $(( bytes * 2 / 1024 * 1000 / (t1 > 0 ? t1 : 1) / 1024 )) MiB/s both ways together (emulated VM)"
     problem=$(stat_problem rdma "$bytes")
-    [[ -z $problem ]] && pass "$name: qpsock-stat: both rows rdma, $bytes bytes each way, all offloaded" ||
+    [[ -z $problem ]] && pass "$name: qpsock-stat: both rows rdma, $bytes bytes each way, all offloaded, zero-copy counted alike at both ends" ||
         fail "$name: qpsock-stat after the exchange: $problem"
     touch "$LOG/$name.hold"
     check_counters "$name" "$bytes"

@@ -59,9 +59,11 @@ bool copy_slot(const format::Slot& slot, uint32_t index, ConnectionSnapshot& row
     row.role = static_cast<format::Role>(slot.role);
     row.path = static_cast<format::Path>(slot.path.load(std::memory_order_acquire));
     row.opened_ns = slot.opened_ns;
-    for (int direction = 0; direction < 2; ++direction)
+    for (int direction = 0; direction < 2; ++direction) {
       for (int family = 0; family < 2; ++family)
         row.bytes[direction][family] = slot.bytes[direction][family].load(std::memory_order_relaxed);
+      row.zero_copy[direction] = slot.zero_copy_bytes[direction].load(std::memory_order_relaxed);
+    }
     row.decision.assign(slot.decision, strnlen(slot.decision, sizeof(slot.decision)));
     char reason[sizeof(slot.reason)];
     format::read_reason(slot, reason, sizeof(reason));

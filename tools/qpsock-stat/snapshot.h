@@ -18,6 +18,7 @@ struct ConnectionSnapshot {
   stats::format::Path path = stats::format::Path::kernel;
   std::string decision, reason;
   uint64_t bytes[2][2] = {};  // [Direction][PathFamily], as in the file
+  uint64_t zero_copy[2] = {};  // [Direction]: of the offloaded bytes, those moved zero-copy
   std::vector<pid_t> pids;    // live processes holding the socket
   uint64_t opened_ns = 0;
   uint32_t slot = 0;
