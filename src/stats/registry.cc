@@ -147,6 +147,7 @@ Handle Registry::open(const sockaddr* local, const sockaddr* peer, Role role, Pa
     // Claimed: no one else writes these fields until it is open.
     for (auto& direction : slot.bytes)
       for (auto& counter : direction) counter.store(0, std::memory_order_relaxed);
+    for (auto& counter : slot.zero_copy_bytes) counter.store(0, std::memory_order_relaxed);
     slot.opened_ns = realtime_ns();
     slot.path.store(static_cast<uint8_t>(path), std::memory_order_relaxed);
     slot.role = static_cast<uint8_t>(role);

@@ -10,7 +10,7 @@
 // If the sending thread is interrupted by a signal while it waits, it asks the
 // receiver to cancel: the receiver declines a rendezvous it has not started
 // (the send then returns what it had sent before, or EINTR), and otherwise
-// finishes it (rendezvous_done).
+// finishes it (rendezvous_done, or the last write of a rendezvous by write).
 #pragma once
 
 #include <cstdint>

@@ -300,6 +300,9 @@ class Stream {
   // them the moment the rendezvous arrives.
   void prepare_landing_locked(StateLock& state, const IovecCursor& destination,
                               RegistrationLease& landing);
+  // Drops the head rendezvous, and true, if its writer ended (in order) in
+  // the middle of it and nothing of it is left to deliver.
+  bool drop_unfinished_rendezvous_locked(const RecordView& record, IncomingRendezvous& rendezvous);
   // MSG_PEEK: copies what is readable without consuming it.
   ssize_t peek(StateLock& receive_lock, StateLock& state, std::span<const iovec> buffers);
   void consume_record_locked(const RecordView& record);
@@ -377,7 +380,9 @@ class Stream {
   int pending_error_ = 0;               // positive errno, reported once
   bool end_of_stream_pending_ = false;
   bool pull_active_ = false;            // a receiver waits for its reads
+  bool pull_failed_ = false;            // one of the current pull's reads failed
   bool rendezvous_expected_ = false;    // the last bytes read came by a direct pull
+  uint64_t expected_rendezvous_length_ = 0;  // of that pull
   // The peer ended its stream and then went: TCP's orderly close, not a
   // reset. TCP answers our next write with a reset; later ones fail EPIPE.
   bool peer_closed_ = false;

@@ -47,6 +47,7 @@ void Stream::dispatch_locked(const Completion& completion) {
     case CompletionKind::read_done:
       if (posts_outstanding_ > 0) --posts_outstanding_;
       if (pull_pieces_outstanding_ > 0) --pull_pieces_outstanding_;
+      if (completion.status != 0) pull_failed_ = true;
       break;
     case CompletionKind::arrived:
       if (completion.status == 0 && !broken_) {

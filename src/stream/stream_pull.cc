@@ -55,6 +55,7 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
                      LocalSlice landing) {
   if (broken_) return -ECONNRESET;
   pull_active_ = true;
+  pull_failed_ = false;
   receive_lock.unlock();
   // A request is a counted notification (it takes one of the peer's slots)
   // and a slot of the peer's request box; a read takes an initiator slot.
@@ -91,6 +92,10 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
   // (the transport is disconnected), so requests are given up at once.
   const auto pieces_landed = [&] { return pull_pieces_outstanding_ == 0; };
   wait_until(state, pieces_landed, {});
+  // Every piece asked for and landed is the pull done, even if the stream
+  // broke since: a writer whose last write completed may return, close and
+  // disconnect before we look (its bytes are ours, and read before its end).
+  const bool all_landed = done == landing.length && pieces_landed() && !pull_failed_;
   if (broken_ && by_write) pull_pieces_outstanding_ = 0;
   if (!pieces_landed())
     wait_until(state, pieces_landed,
@@ -102,7 +107,7 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
   state.lock();
   pull_active_ = false;
   notify_waiters_locked();
-  return broken_ ? -ECONNRESET : 0;
+  return all_landed && !pull_failed_ ? 0 : -ECONNRESET;
 }
 
 int Stream::post_pull_piece_locked(const IncomingRendezvous& rendezvous, LocalSlice piece,

@@ -98,11 +98,18 @@ void Stream::prepare_landing_locked(StateLock& state, const IovecCursor& destina
   // would pay a registration per read for nothing.
   const ByteRange segment = destination.contiguous();
   if (!rendezvous_expected_ || segment.length < settings_.direct_pull_minimum) return;
+  // As much as the last one took: a large buffer is not pinned whole for a
+  // write that may be smaller.
+  const uint64_t length = std::min<uint64_t>(segment.length, expected_rendezvous_length_);
   state.unlock();
-  // Unused if the bytes come otherwise; a failure only means registering later.
-  if (registrations_->acquire(segment.data, segment.length, landing_access(), landing) < 0)
-    landing.reset();
+  // Unused if the bytes come otherwise; a failure only means registering
+  // later (and not again in advance).
+  const int registered = registrations_->acquire(segment.data, length, landing_access(), landing);
   state.lock();
+  if (registered < 0) {
+    landing.reset();
+    rendezvous_expected_ = false;
+  }
 }
 
 int Stream::wait_for_peer_verdict(StateLock& receive_lock, StateLock& state) {
@@ -208,20 +215,7 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
     return 0;
   }
   size_t delivered = take_from_bounce_locked(*rendezvous, destination);
-  if (broken_ && eof_received_ && rendezvous->untaken() > 0) {
-    // The writer's process ended in the middle of this write, and its end
-    // was orderly. What had landed is delivered; the rest was never sent,
-    // as the part of a TCP write its kernel had not yet accepted.
-    if (rendezvous_in_.bounce().held_bytes() > 0) return static_cast<ssize_t>(delivered);
-    QPSOCK_LOG(debug, "stream: the peer ended %llu bytes into a write of %llu; the rest never came",
-               static_cast<unsigned long long>(rendezvous->taken),
-               static_cast<unsigned long long>(rendezvous->descriptor.length));
-    readable_bytes_ -= std::min<uint64_t>(rendezvous->untaken(), readable_bytes_);
-    consume_record_locked(record);
-    rendezvous_in_.pop_front();
-    flush_notifications_locked();
-    return static_cast<ssize_t>(delivered);
-  }
+  if (drop_unfinished_rendezvous_locked(record, *rendezvous)) return static_cast<ssize_t>(delivered);
   if (rendezvous->untaken() > 0 && !destination.done()) {
     const ByteRange segment = destination.contiguous();
     const uint64_t want = std::min<uint64_t>(destination.remaining(), rendezvous->untaken());
@@ -231,6 +225,7 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
       result = pull_direct(receive_lock, state, *rendezvous, target, prepared_landing);
       rendezvous_expected_ = result == 0;
       if (result == 0) {
+        expected_rendezvous_length_ = target.length;
         destination.advance(target.length);
         rendezvous->taken += target.length;
         readable_bytes_ -= std::min<uint64_t>(target.length, readable_bytes_);
@@ -243,6 +238,9 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
       result = pull_into_bounce(receive_lock, state, *rendezvous, pull);
       if (result == 0) delivered += take_from_bounce_locked(*rendezvous, destination);
     }
+    // A writer that ended during the pull: what follows its write comes next.
+    if (result < 0 && drop_unfinished_rendezvous_locked(record, *rendezvous))
+      return static_cast<ssize_t>(delivered);
     // A broken stream is reported by receive() once nothing more is here.
     if (result < 0 && (delivered > 0 || broken_)) return static_cast<ssize_t>(delivered);
     if (result < 0) return result;
@@ -258,6 +256,25 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
     flush_notifications_locked();
   }
   return static_cast<ssize_t>(delivered);
+}
+
+bool Stream::drop_unfinished_rendezvous_locked(const RecordView& record,
+                                               IncomingRendezvous& rendezvous) {
+  // The writer's process ended in the middle of this write, and its end was
+  // orderly. What had landed is delivered (the bounce buffer first); the
+  // rest was never sent, as the part of a TCP write its kernel had not yet
+  // accepted.
+  if (!broken_ || !eof_received_ || rendezvous.untaken() == 0 ||
+      rendezvous_in_.bounce().held_bytes() > 0)
+    return false;
+  QPSOCK_LOG(debug, "stream: the peer ended %llu bytes into a write of %llu; the rest never came",
+             static_cast<unsigned long long>(rendezvous.taken),
+             static_cast<unsigned long long>(rendezvous.descriptor.length));
+  readable_bytes_ -= std::min<uint64_t>(rendezvous.untaken(), readable_bytes_);
+  consume_record_locked(record);
+  rendezvous_in_.pop_front();
+  flush_notifications_locked();
+  return true;
 }
 
 ssize_t Stream::peek(StateLock& receive_lock, StateLock& state, std::span<const iovec> buffers) {

@@ -104,6 +104,7 @@ TEST_F(StatsRegistry, LongReasonIsTruncatedAndTerminated) {
 
 TEST_F(StatsRegistry, StaleHandleFindsNothingAfterTheSlotIsReused) {
   const Handle first = open_one();
+  registry_.add_zero_copy(first, Direction::received, 77);
   registry_.close(first);
   EXPECT_EQ(registry_.find(first), nullptr);
   // Fill every slot, so one of them is the first one again, with a new generation.
@@ -116,6 +117,7 @@ TEST_F(StatsRegistry, StaleHandleFindsNothingAfterTheSlotIsReused) {
   registry_.set_path(first, Path::shm, "stale");
   for (Handle handle : handles) {
     EXPECT_EQ(registry_.find(handle)->bytes[format::kSent][format::kTcp].load(), 0u);
+    EXPECT_EQ(registry_.find(handle)->zero_copy_bytes[format::kReceived].load(), 0u);
     EXPECT_EQ(registry_.path(handle), Path::kernel);
   }
 }

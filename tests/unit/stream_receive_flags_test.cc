@@ -356,6 +356,43 @@ TEST_F(StreamPeerLeavesTest, AWriterThatLeavesInTheMiddleOfALargeWriteEndsInOrde
   dying_writer.join();
 }
 
+// The same with the write method (as over verbs) and part of the write
+// already in the reader's bounce buffer: that part is read, then EOF.
+TEST(StreamPeerLeavesMidWrite, WhatLandedOfTheWriteIsReadThenEndOfFile) {
+  Watchdog watchdog(30s);
+  LoopbackStreamPair pair;
+  const StreamSettings settings = small_settings(RendezvousMethod::write);
+  ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair), 0);
+  int control[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
+  pair.second->set_control_channel(
+      control[0], [](short) { return ControlVerdict::keep_waiting; },
+      [&] { return read_control_state(control[0], DoorbellsPossible::yes); });
+  std::vector<uint8_t> large(200 << 10);
+  fill_pattern(12, 0, large);
+  std::thread dying_writer([&] {
+    EXPECT_LT(send_bytes(*pair.first, large), static_cast<ssize_t>(large.size()));
+  });
+  while (pair.second->readable_bytes() < large.size()) std::this_thread::sleep_for(1ms);
+  // A small read pulls one bounce buffer's worth and takes 1000 bytes of it.
+  std::vector<uint8_t> in(large.size());
+  ASSERT_EQ(receive_bytes(*pair.second, {in.data(), 1000}), 1000);
+  pair.second_transport->peer_leaves();
+  ::close(control[1]);  // the FIN
+  size_t received = 1000;
+  for (;;) {
+    const ssize_t got = receive_bytes(*pair.second, {in.data() + received, in.size() - received});
+    ASSERT_GE(got, 0);
+    if (got == 0) break;
+    received += static_cast<size_t>(got);
+  }
+  EXPECT_EQ(received, settings.bounce_size);
+  EXPECT_EQ(first_mismatch(12, 0, {in.data(), received}), -1);
+  EXPECT_EQ(pair.second->take_error(), 0);
+  dying_writer.join();
+  ::close(control[0]);
+}
+
 TEST_F(StreamPeerLeavesTest, UntilTheFinANonBlockingReadSaysEagain) {
   Watchdog watchdog(30s);
   pair_.second_transport->peer_leaves();

@@ -314,6 +314,37 @@ TEST(StreamRendezvousFallback, AWriteWhoseBufferCannotBeRegisteredIsCopied) {
   }
 }
 
+// The writer's send returns once its last write completed, and it may close
+// at once: the link's end must not cost the reader the bytes that landed.
+TEST(StreamRendezvousWriterCloses, AWriteFollowedAtOnceByCloseIsReadWholeThenEndOfStream) {
+  for (RendezvousMethod method : kBothMethods) {
+  SCOPED_TRACE(method_name(method));
+  for (int round = 0; round < 30; ++round) {
+    SCOPED_TRACE(round);
+    LoopbackStreamPair pair;
+    ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
+    Watchdog watchdog(60s);
+    std::vector<uint8_t> data(1 << 20);
+    fill_pattern(11, 0, data);
+    std::thread writer([&] {
+      EXPECT_EQ(send_bytes(*pair.first, data), static_cast<ssize_t>(data.size()));
+      EXPECT_EQ(pair.first->close().error, 0);
+    });
+    std::vector<uint8_t> in(data.size() + 1);
+    size_t received = 0;
+    for (;;) {
+      const ssize_t got = receive_bytes(*pair.second, {in.data() + received, in.size() - received});
+      ASSERT_GE(got, 0) << "after " << received << " bytes";
+      if (got == 0) break;
+      received += static_cast<size_t>(got);
+    }
+    writer.join();
+    ASSERT_EQ(received, data.size());
+    EXPECT_EQ(first_mismatch(11, 0, {in.data(), received}), -1);
+  }
+  }
+}
+
 // Registers as the default does, and counts.
 class CountingProvider final : public RegistrationProvider {
  public:
@@ -347,13 +378,14 @@ TEST(StreamRendezvousPreparedLanding, AReadAfterAPullRegistersItsBufferBeforeThe
   const size_t big = 300 << 10, small = 100;
   std::vector<uint8_t> data(3 * big + small);
   fill_pattern(10, 0, data);
-  // Each write comes while the reader sleeps in its next read.
+  // Each write comes while the reader sleeps in its next read (it gets there
+  // within microseconds; the pause leaves a loaded machine ample time).
   std::thread sender([&] {
     size_t offset = 0;
     for (size_t length : {big, small, big, big}) {
       EXPECT_EQ(send_bytes(*writer, {data.data() + offset, length}), static_cast<ssize_t>(length));
       offset += length;
-      std::this_thread::sleep_for(50ms);
+      std::this_thread::sleep_for(200ms);
     }
   });
   std::vector<uint8_t> in(data.size());
