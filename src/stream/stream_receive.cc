@@ -304,7 +304,10 @@ ssize_t Stream::peek(StateLock& receive_lock, StateLock& state, std::span<const 
         if (!rendezvous->declined) {
           BounceBuffer& bounce = rendezvous_in_.bounce();
           const uint64_t want = std::min<uint64_t>(view.remaining(), rendezvous->untaken());
-          if (bounce.held_bytes() < want && rendezvous->unrequested() > 0) {
+          // Its writer ended in the middle of it: what landed is all there
+          // is of it, and what follows comes next (drop_unfinished_rendezvous_locked).
+          const bool writer_ended = broken_ && eof_received_;
+          if (!writer_ended && bounce.held_bytes() < want && rendezvous->unrequested() > 0) {
             const uint64_t more = std::min<uint64_t>(
                 rendezvous->unrequested(),
                 std::max<uint64_t>(want - bounce.held_bytes(), settings_.bounce_size));
@@ -316,7 +319,7 @@ ssize_t Stream::peek(StateLock& receive_lock, StateLock& state, std::span<const 
           const size_t count = std::min<size_t>(want, bounce.held_bytes());
           view.scatter(bounce.held(), count);
           copied += count;
-          if (count < rendezvous->untaken()) break;
+          if (count < rendezvous->untaken() && !writer_ended) break;
         }
       }
       offset = record.end();

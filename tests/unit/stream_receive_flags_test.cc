@@ -379,6 +379,11 @@ TEST(StreamPeerLeavesMidWrite, WhatLandedOfTheWriteIsReadThenEndOfFile) {
   ASSERT_EQ(receive_bytes(*pair.second, {in.data(), 1000}), 1000);
   pair.second_transport->peer_leaves();
   ::close(control[1]);  // the FIN
+  // A peek sees what landed, as the reads below get it.
+  std::vector<uint8_t> peeked(large.size());
+  EXPECT_EQ(receive_bytes(*pair.second, peeked, MSG_PEEK),
+            static_cast<ssize_t>(settings.bounce_size - 1000));
+  EXPECT_EQ(first_mismatch(12, 1000, {peeked.data(), settings.bounce_size - 1000}), -1);
   size_t received = 1000;
   for (;;) {
     const ssize_t got = receive_bytes(*pair.second, {in.data() + received, in.size() - received});
