@@ -381,8 +381,9 @@ class Stream {
   bool end_of_stream_pending_ = false;
   bool pull_active_ = false;            // a receiver waits for its reads
   bool pull_failed_ = false;            // one of the current pull's reads failed
-  bool rendezvous_expected_ = false;    // the last bytes read came by a direct pull
-  uint64_t expected_rendezvous_length_ = 0;  // of that pull
+  // What the last read's direct pull took, if the last bytes read came so
+  // (prepare_landing_locked); 0 otherwise.
+  uint64_t expected_rendezvous_length_ = 0;
   // The peer ended its stream and then went: TCP's orderly close, not a
   // reset. TCP answers our next write with a reset; later ones fail EPIPE.
   bool peer_closed_ = false;

@@ -107,7 +107,7 @@ int Stream::run_pull(StateLock& receive_lock, StateLock& state, IncomingRendezvo
   state.lock();
   pull_active_ = false;
   notify_waiters_locked();
-  return all_landed && !pull_failed_ ? 0 : -ECONNRESET;
+  return all_landed ? 0 : -ECONNRESET;
 }
 
 int Stream::post_pull_piece_locked(const IncomingRendezvous& rendezvous, LocalSlice piece,

@@ -97,7 +97,7 @@ void Stream::prepare_landing_locked(StateLock& state, const IovecCursor& destina
   // Only where the last read was a direct pull: a stream of small writes
   // would pay a registration per read for nothing.
   const ByteRange segment = destination.contiguous();
-  if (!rendezvous_expected_ || segment.length < settings_.direct_pull_minimum) return;
+  if (expected_rendezvous_length_ == 0 || segment.length < settings_.direct_pull_minimum) return;
   // As much as the last one took: a large buffer is not pinned whole for a
   // write that may be smaller.
   const uint64_t length = std::min<uint64_t>(segment.length, expected_rendezvous_length_);
@@ -108,7 +108,7 @@ void Stream::prepare_landing_locked(StateLock& state, const IovecCursor& destina
   state.lock();
   if (registered < 0) {
     landing.reset();
-    rendezvous_expected_ = false;
+    expected_rendezvous_length_ = 0;
   }
 }
 
@@ -165,7 +165,7 @@ size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
   read_offset_ = offset;
   head_taken_ = taken;
   readable_bytes_ -= std::min(payload_copied, readable_bytes_);
-  if (payload_copied > 0) rendezvous_expected_ = false;
+  if (payload_copied > 0) expected_rendezvous_length_ = 0;
   if (ring_consumed > 0) {
     note_consumed_locked(ring_consumed, (flags & kRecordCreditWanted) != 0);
     flush_notifications_locked();
@@ -223,9 +223,8 @@ ssize_t Stream::deliver_rendezvous(StateLock& receive_lock, StateLock& state,
     if (segment.length >= settings_.direct_pull_minimum && want >= settings_.direct_pull_minimum) {
       const ByteRange target{segment.data, std::min<uint64_t>(segment.length, want)};
       result = pull_direct(receive_lock, state, *rendezvous, target, prepared_landing);
-      rendezvous_expected_ = result == 0;
+      expected_rendezvous_length_ = result == 0 ? target.length : 0;
       if (result == 0) {
-        expected_rendezvous_length_ = target.length;
         destination.advance(target.length);
         rendezvous->taken += target.length;
         readable_bytes_ -= std::min<uint64_t>(target.length, readable_bytes_);
