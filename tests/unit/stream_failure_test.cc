@@ -357,6 +357,17 @@ TEST(StreamAbort, AbortDuringARendezvousReturnsAndTheBufferIsNoLongerReadable) {
 
 // RendezvousMethod::write: the peer's requests and answers are checked
 // before anything is posted or believed.
+//
+// The second stream's transport sends the first `notification` alone, as a
+// peer would; what a non-blocking read of the first then returns.
+ssize_t read_after_the_peer_sends(LoopbackStreamPair& pair, Notification notification) {
+  if (pair.second_transport->post_write({}, RemoteRegion{0, 0}, encode_notification(notification),
+                                        0) != 0)
+    return -EIO;
+  std::vector<uint8_t> buffer(10);
+  return receive_bytes(*pair.first, buffer, MSG_DONTWAIT);
+}
+
 TEST(StreamWriteRequests, ARequestForBytesNeverOfferedIsAProtocolError) {
   Watchdog watchdog(30s);
   LoopbackStreamPair pair;
@@ -364,12 +375,8 @@ TEST(StreamWriteRequests, ARequestForBytesNeverOfferedIsAProtocolError) {
                                       small_settings(RendezvousMethod::write), pair),
             0);
   // A request box slot that holds nothing we offered (no rendezvous is pending).
-  ASSERT_EQ(pair.second_transport->post_write(
-                {}, RemoteRegion{0, 0},
-                encode_notification({NotificationKind::rendezvous_write_request, 3}), 0),
-            0);
-  std::vector<uint8_t> buffer(10);
-  EXPECT_EQ(receive_bytes(*pair.first, buffer, MSG_DONTWAIT), -ECONNRESET);
+  EXPECT_EQ(read_after_the_peer_sends(pair, {NotificationKind::rendezvous_write_request, 3}),
+            -ECONNRESET);
   EXPECT_TRUE(pair.first->broken());
 }
 
@@ -379,12 +386,8 @@ TEST(StreamWriteRequests, BytesWrittenThatWereNeverAskedForAreAProtocolError) {
     SCOPED_TRACE(method_name(method));
     LoopbackStreamPair pair;
     ASSERT_EQ(make_loopback_stream_pair({}, small_settings(method), small_settings(method), pair), 0);
-    ASSERT_EQ(pair.second_transport->post_write(
-                  {}, RemoteRegion{0, 0},
-                  encode_notification({NotificationKind::rendezvous_written, 0}), 0),
-              0);
-    std::vector<uint8_t> buffer(10);
-    EXPECT_EQ(receive_bytes(*pair.first, buffer, MSG_DONTWAIT), -ECONNRESET);
+    EXPECT_EQ(read_after_the_peer_sends(pair, {NotificationKind::rendezvous_written, 0}),
+              -ECONNRESET);
   }
 }
 
