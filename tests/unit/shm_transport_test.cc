@@ -347,6 +347,29 @@ TEST_F(ShmTransportTest, ADisconnectReachesThePeerAndRevokesOurMemory) {
   EXPECT_LT(second_->register_memory(ring_.data(), 64, MemoryAccess::remote_write, later), 0);
 }
 
+TEST_F(ShmTransportTest, ThePeersLastImmediatesComeBeforeOurPostsItsCloseFlushed) {
+  // The peer's last notifications, then its close; then a post of ours,
+  // which the closed link fails. A stream breaks at the first error it
+  // polls: had the failed post come first, it would never see the peer's
+  // end of stream, nor the bytes announced before it.
+  for (uint32_t value = 0; value < 3; ++value)
+    ASSERT_EQ(first_->post_write({}, {0, 0}, value, 0), 0);
+  first_->disconnect();
+  ASSERT_EQ(second_->post_write({}, {0, 0}, 9u, 5), 0);
+  const auto seen = drain(*second_);
+  ASSERT_EQ(seen.size(), 5u);
+  for (uint32_t value = 0; value < 3; ++value) {
+    EXPECT_EQ(seen[value].kind, CompletionKind::arrived);
+    EXPECT_EQ(seen[value].status, 0);
+    EXPECT_EQ(seen[value].immediate, value);
+  }
+  EXPECT_EQ(seen[3].kind, CompletionKind::write_done);
+  EXPECT_EQ(seen[3].cookie, 5u);
+  EXPECT_NE(seen[3].status, 0);
+  EXPECT_EQ(seen[4].kind, CompletionKind::arrived);
+  EXPECT_NE(seen[4].status, 0);
+}
+
 TEST_F(ShmTransportTest, DestroyingAnEndReachesThePeer) {
   first_.reset();
   const auto theirs = drain(*second_);

@@ -186,21 +186,41 @@ int ShmTransport::poll(std::span<Completion> completions) {
   // Drain the wakeup before looking, so a wakeup for work we do not see
   // here stays pending for the sleep that follows.
   const WaiterState waiter = wakeup_.consume(local_->inbox().waiter);
-  size_t count = completions_.pop_into(completions);
-  while (count < completions.size() && !failure_reported_) {
+  if (failure_reported_) return static_cast<int>(completions_.pop_into(completions));
+  // The link's failure is looked at first: a peer pushes its last immediates
+  // before it closes or dies, so once a failure is seen, the inbox holds
+  // everything it sent. The peer's arrivals then come before our own
+  // completions, as in an RC queue pair's completion queue, where what
+  // arrived before the link failed comes before the flushed posts that
+  // followed. (Otherwise a close between two looks, or a post of ours that
+  // failed on it, would hide the peer's last notifications: its end of
+  // stream, and bytes it wrote before it.)
+  bool failed = link_failed(false);
+  size_t count = pop_arrivals(completions);
+  failed = failed || broken_;  // (an overrun breaks the link while popping)
+  count += completions_.pop_into(completions.subspan(count));
+  if (!failed && count == 0 && peer_death_due(waiter) && link_failed(true)) {
+    failed = true;
+    count += pop_arrivals(completions);
+  }
+  if (failed && count < completions.size()) {
+    // As an RC QP flushes its receives: one error, after every arrival.
+    completions[count++] = {CompletionKind::arrived, kFlushedStatus, 0, 0};
+    failure_reported_ = true;
+  }
+  return static_cast<int>(count);
+}
+
+size_t ShmTransport::pop_arrivals(std::span<Completion> completions) {
+  size_t count = 0;
+  while (count < completions.size()) {
     uint32_t immediate;
     const int popped = inbox_.pop(immediate);
     if (popped < 0) break_link();  // the peer overran its limit
     if (popped <= 0) break;
     completions[count++] = {CompletionKind::arrived, 0, 0, immediate};
   }
-  if (count < completions.size() && !failure_reported_ &&
-      link_failed(count == 0 && peer_death_due(waiter))) {
-    // As an RC QP flushes its receives: one error tells us the link is gone.
-    completions[count++] = {CompletionKind::arrived, kFlushedStatus, 0, 0};
-    failure_reported_ = true;
-  }
-  return static_cast<int>(count);
+  return count;
 }
 
 bool ShmTransport::peer_death_due(WaiterState waiter) {

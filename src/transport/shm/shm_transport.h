@@ -172,6 +172,9 @@ class ShmTransport final : public stream::Transport {
   int deliver_read(std::span<const stream::LocalSlice> destination, stream::RemoteRegion source);
   // Queues our completion of a post; wakes another of our threads if armed.
   void complete(const stream::Completion& completion);
+  // The peer's immediates, as arrival completions, while there is room:
+  // how many.
+  size_t pop_arrivals(std::span<stream::Completion> completions);
   // Whether the link has failed (noticing the peer's disconnect or death).
   bool link_failed(bool look_for_death);
   bool peer_death_due(WaiterState waiter);
