@@ -34,8 +34,11 @@ ImmediateReceiver::ImmediateReceiver(const InboxHeader* inbox, const std::atomic
 
 int ImmediateReceiver::pop(uint32_t& immediate) {
   if (head_ == tail_seen_) {
-    tail_seen_ = inbox_->tail.load(std::memory_order_acquire);
-    if (tail_seen_ - head_ > capacity_) return -EPROTO;
+    const uint64_t tail = inbox_->tail.load(std::memory_order_acquire);
+    // Not taken as seen: every later pop must refuse it too, never return
+    // what the slots held before as if it were new.
+    if (tail - head_ > capacity_) return -EPROTO;
+    tail_seen_ = tail;
     if (head_ == tail_seen_) return 0;
   }
   immediate = slots_[head_ & mask_].load(std::memory_order_relaxed);

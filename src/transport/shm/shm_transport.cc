@@ -245,8 +245,11 @@ bool ShmTransport::link_failed(bool look_for_death) {
 }
 
 bool ShmTransport::work_pending() const {
-  if (!completions_.empty() || inbox_.pending()) return true;
+  if (!completions_.empty()) return true;
+  // After the error, the inbox is never popped again (a peer may push once
+  // more before it sees our close; an overrun leaves its bad tail).
   if (failure_reported_) return false;
+  if (inbox_.pending()) return true;
   return broken_ || peer_arena_->control().closed.load() != 0;
 }
 
