@@ -214,8 +214,12 @@ void Stream::on_control_event(short revents) {
 
 void Stream::act_on_control_verdict_locked(ControlVerdict verdict) {
   if (verdict == ControlVerdict::stop_watching) watching_control_ = false;
-  if (verdict == ControlVerdict::connection_lost)
+  if (verdict == ControlVerdict::connection_lost) {
+    // What the peer sent before it went is taken in first, as TCP delivers
+    // what it had queued before a reset: a broken stream ignores arrivals.
+    progress_locked();
     break_connection_locked(ECONNRESET, "the TCP connection says the peer is gone");
+  }
 }
 
 short Stream::readiness(Progress progress) {

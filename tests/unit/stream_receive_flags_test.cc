@@ -285,6 +285,27 @@ TEST_F(StreamReceiveFlagsTest, AControlEventCanBreakTheStream) {
   ::close(control[1]);
 }
 
+// As TCP reads what it had queued before a reset, then the error: what the
+// peer sent before its kernel said it was gone is taken in before the
+// stream breaks (a broken stream ignores later arrivals).
+TEST_F(StreamReceiveFlagsTest, WhatArrivedBeforeTheControlChannelsResetIsReadFirst) {
+  int control[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
+  reader().set_control_channel(control[0], [](short revents) {
+    return (revents & POLLERR) != 0 ? ControlVerdict::connection_lost : ControlVerdict::keep_waiting;
+  });
+  Watchdog watchdog(30s);
+  ASSERT_EQ(send_bytes(writer(), text("last words")), 10);
+  // The reader has not polled since: the bytes' notification waits in its transport.
+  reader().on_control_event(POLLERR);
+  std::vector<uint8_t> buffer(100);
+  EXPECT_EQ(receive_bytes(reader(), buffer), 10);
+  EXPECT_EQ(std::string(buffer.begin(), buffer.begin() + 10), "last words");
+  EXPECT_EQ(receive_bytes(reader(), buffer), -ECONNRESET);
+  ::close(control[0]);
+  ::close(control[1]);
+}
+
 // A peer whose process ended: its end leaves the link (between hosts the
 // rdma_cm's disconnect request) and its kernel sends the TCP connection's
 // FIN, maybe a moment later. As over TCP, the reader gets the data, then
