@@ -11,6 +11,7 @@
 #include "common/fd_indexed_array.h"
 #include "libc/next_symbols.h"
 #include "upgrade/connection_registry.h"
+#include "upgrade/socket_upgrade.h"
 
 namespace qpsock::readiness {
 namespace {
@@ -65,7 +66,11 @@ int epoll_control(int epoll_fd, int operation, int fd, epoll_event* event) {
   switch (operation) {
     case EPOLL_CTL_ADD: {
       if (event == nullptr) break;
-      std::shared_ptr<upgrade::Connection> connection = upgrade::find_connection(fd);
+      // Watching an accepted socket is this process's first I/O on it: a
+      // server's upgrade starts here, not at its first read. (An event-driven
+      // server reads only once the client has sent; until the switch, that
+      // all goes over TCP.)
+      std::shared_ptr<upgrade::Connection> connection = upgrade::connection_for_io(fd);
       if (connection != nullptr && connection->phase() == upgrade::UpgradePhase::declined)
         connection.reset();
       std::shared_ptr<EpollSet> nested = connection == nullptr ? find_set(fd) : nullptr;

@@ -78,6 +78,32 @@ int routed_source(const sockaddr_storage& destination, sockaddr_storage& source)
   return 0;
 }
 
+// A socket with no port yet (unbound, or bound to `bound`'s address with
+// IP_BIND_ADDRESS_NO_PORT, which leaves the port to connect()) is bound to
+// that address and port 0 now, so that the kernel picks the port before the
+// SYN. The kernel takes the second bind because no port is held yet; it
+// picks one only with the option off, which is put back afterwards (from
+// here on it changes nothing: connect() keeps a port it finds). The cost is
+// the option's gain: the port is this socket's alone, not shared with
+// connections to other destinations.
+int bind_port_now(int tcp_fd, const sockaddr_storage& bound) {
+  int no_port = 0;
+  socklen_t option_length = sizeof(no_port);
+  if (next::getsockopt(tcp_fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, &no_port, &option_length) != 0)
+    no_port = 0;
+  const int off = 0;
+  if (no_port != 0 &&
+      next::setsockopt(tcp_fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, &off, sizeof(off)) != 0)
+    return -errno;
+  // Its own address (the wildcard of its own family when unbound: an
+  // AF_INET6 socket talking IPv4 stays AF_INET6), port 0.
+  const int bound_now =
+      next::bind(tcp_fd, reinterpret_cast<const sockaddr*>(&bound), length_of(bound)) == 0 ? 0 : -errno;
+  if (no_port != 0)
+    next::setsockopt(tcp_fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, &no_port, sizeof(no_port));
+  return bound_now;
+}
+
 }  // namespace
 
 bool is_local_address(const sockaddr* address, socklen_t length) {
@@ -96,13 +122,7 @@ int client_meeting_address(int tcp_fd, const sockaddr* destination, socklen_t le
   sockaddr_storage bound{};
   if (int error = local_address_of(tcp_fd, bound); error < 0) return error;
   if (port_of(bound) == 0) {
-    if (!is_wildcard(bound)) return -EADDRNOTAVAIL;
-    // The wildcard address of the socket's own family (an AF_INET6 socket
-    // talking IPv4 stays AF_INET6), port 0.
-    sockaddr_storage any{};
-    any.ss_family = bound.ss_family;
-    if (next::bind(tcp_fd, reinterpret_cast<const sockaddr*>(&any), length_of(any)) != 0)
-      return -errno;
+    if (int error = bind_port_now(tcp_fd, bound); error < 0) return error;
     if (int error = local_address_of(tcp_fd, bound); error < 0) return error;
   }
   unmap_ipv4(bound);
@@ -124,6 +144,12 @@ int server_meeting_addresses(int tcp_fd, sockaddr_storage& local, sockaddr_stora
   unmap_ipv4(peer);
   set_port(local, 0);
   return 0;
+}
+
+bool has_tcp_peer(int tcp_fd) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  return next::getpeername(tcp_fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0;
 }
 
 bool is_tcp_peer_address(int tcp_fd, const sockaddr* cm_peer) {

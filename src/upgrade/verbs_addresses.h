@@ -20,12 +20,13 @@ bool is_local_address(const sockaddr* address, socklen_t length);
 
 // A client, just before its connect() to `destination`: the address its
 // listener takes. The source port must be known before the SYN goes out, but
-// the kernel picks it inside connect(): an unbound socket is therefore bound
-// first, to the wildcard address and port 0 (the kernel picks the port, as
-// for any bind; the source address is still chosen at connect). The source
-// address is the socket's own if it is bound to one, else the one the route
-// to `destination` gives. 0, or -errno (-EADDRNOTAVAIL: the port is left to
-// connect(), as IP_BIND_ADDRESS_NO_PORT asks).
+// the kernel picks it inside connect(): a socket without a port is therefore
+// bound first, to port 0 (the kernel picks the port, as for any bind): an
+// unbound one to the wildcard address (the source address is still chosen at
+// connect), one bound with IP_BIND_ADDRESS_NO_PORT to its own address again,
+// with the option off for that bind. The source address is the socket's own
+// if it is bound to one, else the one the route to `destination` gives. 0,
+// or -errno (no port to be had: the connection stays on TCP).
 int client_meeting_address(int tcp_fd, const sockaddr* destination, socklen_t length,
                            sockaddr_storage& meeting);
 
@@ -33,6 +34,10 @@ int client_meeting_address(int tcp_fd, const sockaddr* destination, socklen_t le
 // connection takes the TCP connection's device) and to (the client's
 // meeting address: the connection's peer address). 0 or -errno.
 int server_meeting_addresses(int tcp_fd, sockaddr_storage& local, sockaddr_storage& peer);
+
+// Whether the TCP connection `tcp_fd` still has its peer: false once it has
+// ended (both FINs, or a reset) or before it was made.
+bool has_tcp_peer(int tcp_fd);
 
 // Whether the rdma_cm peer `cm_peer` has the same IP address (ports aside)
 // as the TCP connection `tcp_fd`'s peer: a client takes a connect request

@@ -155,6 +155,12 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
     device = device_of(verbs);
     result = still_the_same_socket(tcp_fd, tcp_socket_inode, connection);
   }
+  // A connection that ended on TCP while the upgrade came (all its bytes
+  // moved before it) has nothing left to upgrade.
+  if (result == 0 && !has_tcp_peer(tcp_fd)) {
+    QPSOCK_LOG(debug, "fd %d: the TCP connection ended before its RDMA upgrade came", tcp_fd);
+    result = -ENOTCONN;
+  }
   // Only the host at the other end of the TCP connection may take it (the
   // binding tokens then prove it is the very socket; docs/upgrade-protocol.md).
   if (result == 0 && !is_tcp_peer_address(tcp_fd, rdma_get_peer_addr(verbs.transport->cm_id()))) {

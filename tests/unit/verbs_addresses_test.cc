@@ -74,6 +74,38 @@ TEST(VerbsAddresses, ABoundClientMeetsAtItsOwnAddressAndPort) {
   EXPECT_EQ(ntohs(met.sin_port), local_port(client.get()));
 }
 
+// curl --interface, haproxy's source, nginx's proxy_bind: bound to an
+// address, the port left to connect(). The port is taken now (the option off
+// for that bind, then back on), and connect() keeps it.
+TEST(VerbsAddresses, AClientBoundWithoutAPortIsGivenOneBeforeConnect) {
+  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const sockaddr_in any_port = ipv4("127.0.0.1", 0);
+  ASSERT_EQ(bind(listener.get(), as_sockaddr(any_port), sizeof(any_port)), 0);
+  ASSERT_EQ(listen(listener.get(), 1), 0);
+  const sockaddr_in server = ipv4("127.0.0.1", local_port(listener.get()));
+
+  UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int on = 1;
+  ASSERT_EQ(setsockopt(client.get(), SOL_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof(on)), 0);
+  const sockaddr_in source = ipv4("127.0.0.2", 0);
+  ASSERT_EQ(bind(client.get(), as_sockaddr(source), sizeof(source)), 0);
+  ASSERT_EQ(local_port(client.get()), 0);
+  sockaddr_storage meeting{};
+  ASSERT_EQ(client_meeting_address(client.get(), as_sockaddr(server), sizeof(server), meeting), 0);
+  const auto& met = reinterpret_cast<const sockaddr_in&>(meeting);
+  char text[INET_ADDRSTRLEN];
+  EXPECT_STREQ(inet_ntop(AF_INET, &met.sin_addr, text, sizeof(text)), "127.0.0.2");
+  const uint16_t port = local_port(client.get());
+  EXPECT_NE(port, 0);
+  EXPECT_EQ(ntohs(met.sin_port), port);
+  int option = 0;
+  socklen_t length = sizeof(option);
+  ASSERT_EQ(getsockopt(client.get(), SOL_IP, IP_BIND_ADDRESS_NO_PORT, &option, &length), 0);
+  EXPECT_EQ(option, 1);
+  ASSERT_EQ(connect(client.get(), as_sockaddr(server), sizeof(server)), 0);
+  EXPECT_EQ(local_port(client.get()), port);
+}
+
 TEST(VerbsAddresses, TheServerMeetsTheClientAtItsPeerAddress) {
   UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const sockaddr_in any_port = ipv4("127.0.0.1", 0);
@@ -83,9 +115,12 @@ TEST(VerbsAddresses, TheServerMeetsTheClientAtItsPeerAddress) {
   UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_storage meeting{};
   ASSERT_EQ(client_meeting_address(client.get(), as_sockaddr(server), sizeof(server), meeting), 0);
+  EXPECT_FALSE(has_tcp_peer(client.get()));
   ASSERT_EQ(connect(client.get(), as_sockaddr(server), sizeof(server)), 0);
   UniqueFd accepted(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
   ASSERT_TRUE(accepted.valid());
+  EXPECT_TRUE(has_tcp_peer(client.get()));
+  EXPECT_TRUE(has_tcp_peer(accepted.get()));
 
   sockaddr_storage local{}, peer{};
   ASSERT_EQ(server_meeting_addresses(accepted.get(), local, peer), 0);
