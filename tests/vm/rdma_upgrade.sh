@@ -20,7 +20,8 @@
 # (logged fallback); iperf3 -P 4 over RDMA; socat forking a child per
 # connection; a writer's shutdown(SHUT_WR) whose FIN overtakes its last
 # RDMA writes; a writer killed mid-stream (EOF, as over TCP, also in the
-# middle of a rendezvous).
+# middle of a rendezvous); curl --interface (IP_BIND_ADDRESS_NO_PORT) against
+# python's http.server; Java's blocking and NIO echo servers with 16 clients.
 set -uo pipefail
 here=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -461,6 +462,90 @@ killed_writer() {
 }
 killed_writer kill 1M eof
 killed_writer kill-copied 32K eof
+
+# --- 9. curl against python's http.server ---------------------------------
+# curl --interface binds its socket to the address alone and leaves the port
+# to connect() (IP_BIND_ADDRESS_NO_PORT): the upgrade gives it its port before
+# the SYN. Three files of 16-32 MiB fetched in turn, each checked by sha256.
+# The upgrade comes mid-transfer (the server's first write starts it), so the
+# first few MiB of each go over TCP: most of the payload, not all of it, must
+# cross rxe.
+if command -v curl >/dev/null; then
+    mkdir -p "$LOG/www"
+    files=(16 24 32) payload=0
+    for mib in "${files[@]}"; do head -c $((mib << 20)) /dev/urandom >"$LOG/www/f$mib.bin"; payload=$((payload + (mib << 20))); done
+    read -ra sprefix <<<"$(qpsock_prefix "$LOG/http.server.qplog")"
+    start_bg "$LOG/http.server.out" "${sprefix[@]}" python3 -m http.server --bind $SERVER_IP --directory "$LOG/www" 5601
+    hspid=$BG
+    for ((i = 0; i < 100; i++)); do timeout 5 ss -Hltn 'sport = :5601' 2>/dev/null | grep -q . && break; sleep 0.1; done
+    snapshot before
+    ok=1 ups=0
+    for mib in "${files[@]}"; do
+        read -ra cprefix <<<"$(qpsock_prefix "$LOG/curl.$mib.qplog")"
+        "${cprefix[@]}" curl -s --max-time 120 --interface $CLIENT_IP -o "$LOG/got$mib.bin" \
+            "http://$SERVER_IP:5601/f$mib.bin" 2>"$LOG/curl.$mib.err" || { ok=0; echo "  curl f$mib.bin: exit $?"; }
+        [[ $(sha256sum <"$LOG/got$mib.bin" | cut -d' ' -f1) == $(sha256sum <"$LOG/www/f$mib.bin" | cut -d' ' -f1) ]] ||
+            { ok=0; echo "  curl f$mib.bin: sha256 differs ($(stat -c %s "$LOG/got$mib.bin" 2>/dev/null) bytes)"; }
+        ups=$((ups + $(upgraded_in "$LOG/curl.$mib.qplog")))
+    done
+    snapshot after
+    kill "$hspid" 2>/dev/null; reap "$hspid" 5
+    sent=$(( $(delta before after rxe0_sent) + $(delta before after rxe1_sent) )) lo=$(delta before after lo_tx)
+    # Half the payload at a 1 KiB MTU is payload / 2048 packets.
+    if ((ok && ups == ${#files[@]} && sent > payload / 2048 && lo * 2 < payload)); then
+        pass "curl --interface against python3 -m http.server: ${#files[@]} files ($((payload >> 20)) MiB) intact by sha256, each connection upgraded; rxe sent $sent packets, TCP (lo) carried $lo bytes"
+    else
+        fail "curl against http.server (ok $ok, $ups of ${#files[@]} upgraded, rxe sent $sent packets, lo $lo bytes of $payload)"
+        show "$LOG/curl.16.qplog" "$LOG/curl.16.err" "$LOG/http.server.qplog"
+    fi
+else
+    echo "SKIP: curl is not installed"
+fi
+
+# --- 10. Java: a blocking server and an NIO server, 16 clients each --------
+# The JVM under qpsock-run at both ends: BlockingEchoServer (a thread per
+# connection) and NioEchoServer (one Selector thread), each with
+# BlockingEchoClient's 16 concurrent connections of 2 MiB, every echoed byte
+# checked; both reports (bytes and CRC-32 per connection) must be the same.
+# The client waits 3 s after connecting before its first byte: the servers'
+# 16 upgrades are done by then (over TCP, 2 MiB would be echoed before the
+# last of them came), so every byte must cross rxe.
+JAR=$build_dir/tests/programs/java/qpsock_test_programs.jar
+if command -v java >/dev/null && [[ -f $JAR ]]; then
+    java_options=(-XX:+UseSerialGC -Xmx256m -XX:TieredStopAtLevel=1 -Decho.address=$SERVER_IP)
+    reports=()
+    for server in BlockingEchoServer NioEchoServer; do
+        read -ra sprefix <<<"$(qpsock_prefix "$LOG/$server.server.qplog")"
+        read -ra cprefix <<<"$(qpsock_prefix "$LOG/$server.client.qplog")"
+        start_bg "$LOG/$server.server.out" "${sprefix[@]}" java "${java_options[@]}" -cp "$JAR" "$server" 5701 16
+        jspid=$BG
+        for ((i = 0; i < 200; i++)); do timeout 5 ss -Hltn 'sport = :5701' 2>/dev/null | grep -q . && break; sleep 0.1; done
+        snapshot before
+        "${cprefix[@]}" java "${java_options[@]}" -Decho.source=$CLIENT_IP -Decho.startDelayMillis=3000 -cp "$JAR" BlockingEchoClient \
+            5701 16 $((2 << 20)) 7 >"$LOG/$server.report" 2>"$LOG/$server.client.err"
+        jcrc=$?
+        reap "$jspid" 60; jsrc=$?
+        snapshot after
+        sent=$(( $(delta before after rxe0_sent) + $(delta before after rxe1_sent) )) lo=$(delta before after lo_tx)
+        cups=$(upgraded_in "$LOG/$server.client.qplog") sups=$(upgraded_in "$LOG/$server.server.qplog")
+        reports+=("$LOG/$server.report")
+        # 2 x 32 MiB echoed at a 1 KiB MTU: at least 65536 packets over RDMA;
+        # TCP only the upgrade's few bytes.
+        if ((jcrc == 0 && jsrc == 0 && cups == 16 && sups == 16 && sent >= 65536 && lo < (64 << 20) / 100)); then
+            pass "Java $server with 16 BlockingEchoClient connections: 16 x 2 MiB echoed and checked, 16 upgraded at each end; rxe sent $sent packets, TCP (lo) carried $lo bytes"
+        else
+            fail "Java $server: client $jcrc, server $jsrc, upgraded $cups/$sups of 16, rxe sent $sent packets, lo $lo bytes"
+            show "$LOG/$server.client.err" "$LOG/$server.server.out" "$LOG/$server.client.qplog"
+        fi
+    done
+    if cmp -s "${reports[0]}" "${reports[1]}" && [[ -s ${reports[0]} ]]; then
+        pass "Java: the blocking and the NIO server gave the same report ($(wc -l <"${reports[0]}") connections)"
+    else
+        fail "Java: the two servers' reports differ"
+    fi
+else
+    echo "SKIP: java or $JAR is missing"
+fi
 
 if ((FAILS)); then echo "RDMA UPGRADE: FAIL ($FAILS failed)"; exit 1; fi
 echo "RDMA UPGRADE: PASS"

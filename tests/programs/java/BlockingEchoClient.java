@@ -16,7 +16,10 @@ import java.util.zip.CRC32;
  * and CRC-32 that came back. Exits 0 only if every connection matched.
  *
  * <p>usage: BlockingEchoClient PORT [CONNECTIONS [BYTES [SEED [MAX_WRITE]]]]
- * (defaults 16 connections, 4 MiB, seed 1, 256 KiB)
+ * (defaults 16 connections, 4 MiB, seed 1, 256 KiB). The server's address is
+ * loopback, or -Decho.address=ADDRESS; -Decho.source=ADDRESS binds each
+ * connection to that source address first; -Decho.startDelayMillis=N waits N
+ * ms after connecting before the first byte.
  */
 public final class BlockingEchoClient {
   private BlockingEchoClient() {}
@@ -133,7 +136,16 @@ public final class BlockingEchoClient {
       throws Exception {
     long streamSeed = seed * 1000003L + id;
     try (Socket socket = new Socket()) {
-      socket.connect(new InetSocketAddress(InetAddress.getLoopbackAddress(), port), 10_000);
+      String source = System.getProperty("echo.source");
+      if (source != null) socket.bind(new InetSocketAddress(InetAddress.getByName(source), 0));
+      String address = System.getProperty("echo.address");
+      InetAddress server =
+          address == null ? InetAddress.getLoopbackAddress() : InetAddress.getByName(address);
+      socket.connect(new InetSocketAddress(server, port), 10_000);
+      // -Decho.startDelayMillis: a pause between connecting and the first
+      // byte (time for an upgrade that a test wants done before the data).
+      long startDelay = Long.getLong("echo.startDelayMillis", 0);
+      if (startDelay > 0) Thread.sleep(startDelay);
       socket.setSoTimeout(30_000);
       OutputStream out = socket.getOutputStream();
       InputStream in = socket.getInputStream();
