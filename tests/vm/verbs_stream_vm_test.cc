@@ -6,13 +6,15 @@
 // sizes, over IPv4 and IPv6; buffers freed and allocated anew between writes;
 // a peer killed mid-transfer ends the survivor's calls within seconds; the
 // devices' packet counters grow in line with the payload; a connect nobody
-// listens for, or one without our hello, fails within seconds.
+// listens for, or one without our hello, fails within seconds; a remote key
+// reaches nothing through another connection, nor after deregistration.
 //
 // Run in the Soft-RoCE VM (tests/vm/run-vm-suite); elsewhere every test skips.
 // The VM is emulated and slow: volumes are tens of MiB, and the printed
 // figures compare only with others of the same run.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -504,6 +506,102 @@ TEST_F(VerbsStreamVmTest, AConnectRequestWithoutAHelloIsRejected) {
       testing::receive_within(verdicts.fds[1], &listener_result, sizeof(listener_result), 60s));
   EXPECT_EQ(listener_result, -EPROTO);
   EXPECT_EQ(listener_child.wait(30s), 0);
+}
+
+// Memory a peer may touch is per connection: each connection has its own
+// protection domain, so a remote key of one reaches nothing through another
+// (the write fails, the memory is untouched), and a deregistered region is
+// out of reach at once. Two connections between the same two processes.
+struct OfferedRegion {
+  uint64_t address;
+  uint32_t key;
+};
+
+// Posts one 64-byte inline write of `value` at `where` and waits for its
+// completion: its status (0, or the failure of a broken queue pair).
+int write_and_wait(VerbsTransport& transport, stream::RemoteRegion where, uint8_t value) {
+  std::array<std::byte, 64> bytes;
+  bytes.fill(std::byte{value});
+  const stream::LocalSlice slice{bytes.data(), bytes.size(), nullptr};
+  if (int error = transport.post_write({&slice, 1}, where, std::nullopt, 7); error < 0) return error;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  std::array<stream::Completion, 4> completions;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const int count = transport.poll(completions);
+    for (int index = 0; index < count; ++index)
+      if (completions[index].kind == stream::CompletionKind::write_done) return completions[index].status;
+    if (count < 0) return count;
+    std::this_thread::sleep_for(1ms);
+  }
+  return -ETIMEDOUT;
+}
+
+TEST_F(VerbsStreamVmTest, ARemoteKeyReachesNothingThroughAnotherConnectionNorAfterDeregistration) {
+  ENDPOINTS_OR_SKIP(found, AF_INET);
+  testing::SocketPair channel;  // [0]: the server's end, [1]: the client's
+  stream::testing::ChildProcess server_child([&] {
+    ::close(channel.fds[1]);
+    stream::testing::Watchdog watchdog(90s, "verbs isolation server");
+    std::unique_ptr<VerbsListener> listener;
+    if (VerbsListener::listen(found->server, VerbsOptions{}, listener) != 0) return 2;
+    const uint16_t port = listener->port();
+    stream::testing::send_all(channel.fds[0], &port, sizeof(port));
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    VerbsConnection first, second;
+    if (listener->accept(deadline, first) != 0 || listener->accept(deadline, second) != 0) return 3;
+    // Writable by the peer of the first connection only.
+    std::vector<std::byte> memory(4096, std::byte{0});
+    std::unique_ptr<stream::MemoryRegistration> registration;
+    if (first.transport->register_memory(memory.data(), memory.size(),
+                                         stream::MemoryAccess::remote_write, registration) != 0)
+      return 4;
+    const OfferedRegion offered{reinterpret_cast<uint64_t>(memory.data()), registration->remote_key()};
+    stream::testing::send_all(channel.fds[0], &offered, sizeof(offered));
+    char step = 0;
+    // The client has written through both connections: revoke the region.
+    if (!testing::receive_within(channel.fds[0], &step, 1, 60s)) return 5;
+    registration.reset();
+    stream::testing::send_all(channel.fds[0], &step, 1);
+    // The client has written once more, after the revocation.
+    if (!testing::receive_within(channel.fds[0], &step, 1, 60s)) return 6;
+    const auto all = [&](size_t from, uint8_t value) {
+      for (size_t index = from; index < from + 64; ++index)
+        if (memory[index] != std::byte{value}) return false;
+      return true;
+    };
+    if (!all(0, 0)) return 10;     // the other connection's write: nothing landed
+    if (!all(64, 0xAA)) return 11; // the first connection's own write landed
+    if (!all(128, 0)) return 12;   // the write after deregistration: nothing landed
+    return 0;
+  });
+  stream::testing::ChildProcess client_child([&] {
+    ::close(channel.fds[0]);
+    stream::testing::Watchdog watchdog(90s, "verbs isolation client");
+    uint16_t port = 0;
+    if (!testing::receive_within(channel.fds[1], &port, sizeof(port), 60s)) return 2;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    const sockaddr_storage server = testing::with_port(found->server, port);
+    VerbsConnection first, second;
+    if (VerbsConnector(VerbsOptions{}).connect(found->client, server, deadline, first) != 0 ||
+        VerbsConnector(VerbsOptions{}).connect(found->client, server, deadline, second) != 0)
+      return 3;
+    OfferedRegion offered{};
+    if (!testing::receive_within(channel.fds[1], &offered, sizeof(offered), 60s)) return 4;
+    // The first connection's key, through the second connection: refused.
+    if (write_and_wait(*second.transport, {offered.address, offered.key}, 0xBB) == 0) return 10;
+    // Through its own connection: it lands.
+    if (write_and_wait(*first.transport, {offered.address + 64, offered.key}, 0xAA) != 0) return 11;
+    char step = 1;
+    stream::testing::send_all(channel.fds[1], &step, 1);
+    if (!testing::receive_within(channel.fds[1], &step, 1, 60s)) return 5;
+    // Deregistered by its owner: refused even through its own connection.
+    if (write_and_wait(*first.transport, {offered.address + 128, offered.key}, 0xCC) == 0) return 12;
+    stream::testing::send_all(channel.fds[1], &step, 1);
+    return 0;
+  });
+  channel.close_both();
+  EXPECT_EQ(client_child.wait(120s), 0) << "the client's step that failed (see the test's comments)";
+  EXPECT_EQ(server_child.wait(120s), 0) << "the server's step that failed (see the test's comments)";
 }
 
 }  // namespace
