@@ -34,6 +34,18 @@ uint16_t local_port(int fd) {
   return ntohs(bound.sin_port);
 }
 
+// A listening socket on 127.0.0.1, at a port the kernel picks; `address`
+// says where to connect.
+UniqueFd loopback_listener(sockaddr_in& address) {
+  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const sockaddr_in any_port = ipv4("127.0.0.1", 0);
+  if (bind(listener.get(), as_sockaddr(any_port), sizeof(any_port)) != 0 ||
+      listen(listener.get(), 1) != 0)
+    return UniqueFd();
+  address = ipv4("127.0.0.1", local_port(listener.get()));
+  return listener;
+}
+
 TEST(VerbsAddresses, LoopbackIsLocalAndADocumentationAddressIsNot) {
   const sockaddr_in loopback = ipv4("127.0.0.1", 80);
   const sockaddr_in elsewhere = ipv4("192.0.2.1", 80);  // TEST-NET-1
@@ -78,11 +90,9 @@ TEST(VerbsAddresses, ABoundClientMeetsAtItsOwnAddressAndPort) {
 // address, the port left to connect(). The port is taken now (the option off
 // for that bind, then back on), and connect() keeps it.
 TEST(VerbsAddresses, AClientBoundWithoutAPortIsGivenOneBeforeConnect) {
-  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const sockaddr_in any_port = ipv4("127.0.0.1", 0);
-  ASSERT_EQ(bind(listener.get(), as_sockaddr(any_port), sizeof(any_port)), 0);
-  ASSERT_EQ(listen(listener.get(), 1), 0);
-  const sockaddr_in server = ipv4("127.0.0.1", local_port(listener.get()));
+  sockaddr_in server{};
+  const UniqueFd listener = loopback_listener(server);
+  ASSERT_TRUE(listener.valid());
 
   UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   const int on = 1;
@@ -107,11 +117,9 @@ TEST(VerbsAddresses, AClientBoundWithoutAPortIsGivenOneBeforeConnect) {
 }
 
 TEST(VerbsAddresses, TheServerMeetsTheClientAtItsPeerAddress) {
-  UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  const sockaddr_in any_port = ipv4("127.0.0.1", 0);
-  ASSERT_EQ(bind(listener.get(), as_sockaddr(any_port), sizeof(any_port)), 0);
-  ASSERT_EQ(listen(listener.get(), 1), 0);
-  const sockaddr_in server = ipv4("127.0.0.1", local_port(listener.get()));
+  sockaddr_in server{};
+  const UniqueFd listener = loopback_listener(server);
+  ASSERT_TRUE(listener.valid());
   UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_storage meeting{};
   ASSERT_EQ(client_meeting_address(client.get(), as_sockaddr(server), sizeof(server), meeting), 0);
