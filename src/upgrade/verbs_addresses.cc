@@ -99,8 +99,14 @@ int bind_port_now(int tcp_fd, const sockaddr_storage& bound) {
   // AF_INET6 socket talking IPv4 stays AF_INET6), port 0.
   const int bound_now =
       next::bind(tcp_fd, reinterpret_cast<const sockaddr*>(&bound), length_of(bound)) == 0 ? 0 : -errno;
-  if (no_port != 0)
+  if (no_port != 0) {
     next::setsockopt(tcp_fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, &no_port, sizeof(no_port));
+    // A bind that failed (no port free for this socket alone, where connect()
+    // could still share one) has cleared the address: the application's is
+    // put back, its port again left to connect().
+    if (bound_now < 0)
+      next::bind(tcp_fd, reinterpret_cast<const sockaddr*>(&bound), length_of(bound));
+  }
   return bound_now;
 }
 

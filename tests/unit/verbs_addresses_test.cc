@@ -5,8 +5,13 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "common/unique_fd.h"
@@ -114,6 +119,77 @@ TEST(VerbsAddresses, AClientBoundWithoutAPortIsGivenOneBeforeConnect) {
   EXPECT_EQ(option, 1);
   ASSERT_EQ(connect(client.get(), as_sockaddr(server), sizeof(server)), 0);
   EXPECT_EQ(local_port(client.get()), port);
+}
+
+// With no port free for a socket alone (the ephemeral range taken by
+// connections elsewhere, which connect() could still share), taking the port
+// early fails: the socket must stay bound to the application's address, and
+// connect() go out from it. In a network namespace of its own (a child
+// process), with a range of one port.
+TEST(VerbsAddresses, AFailedEarlyPortLeavesTheClientsAddressAsItWas) {
+  int results[2] = {-1, -1};
+  ASSERT_EQ(pipe(results), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const auto finish = [&](int code) {
+      (void)!write(results[1], &code, sizeof(code));
+      _exit(0);
+    };
+    if (unshare(CLONE_NEWNET) != 0) finish(1);  // not root: skipped
+    UniqueFd control(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    ifreq loopback{};
+    std::strcpy(loopback.ifr_name, "lo");
+    loopback.ifr_flags = IFF_UP;
+    if (ioctl(control.get(), SIOCSIFFLAGS, &loopback) != 0) finish(2);
+    sockaddr_in elsewhere{}, server{};
+    const UniqueFd elsewhere_listener = loopback_listener(elsewhere);
+    const UniqueFd listener = loopback_listener(server);
+    if (!elsewhere_listener.valid() || !listener.valid()) finish(3);
+    {
+      // Their ports taken first: from now on one ephemeral port is left.
+      std::FILE* range = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "w");
+      if (range == nullptr || std::fputs("40000 40000", range) < 0 || std::fclose(range) != 0) finish(3);
+    }
+    const int on = 1;
+    const sockaddr_in source = ipv4("127.0.0.2", 0);
+    // The one ephemeral port, taken by a connection from 127.0.0.2 elsewhere.
+    UniqueFd holder(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (setsockopt(holder.get(), SOL_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof(on)) != 0 ||
+        bind(holder.get(), as_sockaddr(source), sizeof(source)) != 0 ||
+        connect(holder.get(), as_sockaddr(elsewhere), sizeof(elsewhere)) != 0)
+      finish(4);
+    UniqueFd client(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (setsockopt(client.get(), SOL_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof(on)) != 0 ||
+        bind(client.get(), as_sockaddr(source), sizeof(source)) != 0)
+      finish(5);
+    sockaddr_storage meeting{};
+    if (client_meeting_address(client.get(), as_sockaddr(server), sizeof(server), meeting) == 0)
+      finish(6);  // no port was free: it cannot have succeeded
+    sockaddr_in bound{};
+    socklen_t length = sizeof(bound);
+    getsockname(client.get(), reinterpret_cast<sockaddr*>(&bound), &length);
+    if (bound.sin_addr.s_addr != source.sin_addr.s_addr || bound.sin_port != 0) finish(7);
+    int option = 0;
+    length = sizeof(option);
+    if (getsockopt(client.get(), SOL_IP, IP_BIND_ADDRESS_NO_PORT, &option, &length) != 0 || option != 1)
+      finish(8);
+    // connect() shares the port with the connection elsewhere, from the same address.
+    if (connect(client.get(), as_sockaddr(server), sizeof(server)) != 0) finish(9);
+    length = sizeof(bound);
+    getsockname(client.get(), reinterpret_cast<sockaddr*>(&bound), &length);
+    if (bound.sin_addr.s_addr != source.sin_addr.s_addr || ntohs(bound.sin_port) != 40000) finish(10);
+    finish(0);
+  }
+  ::close(results[1]);
+  int code = -1;
+  const bool reported = read(results[0], &code, sizeof(code)) == sizeof(code);
+  ::close(results[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(reported);
+  if (code == 1) GTEST_SKIP() << "no network namespace of our own (not root)";
+  EXPECT_EQ(code, 0) << "the step that failed (see the test)";
 }
 
 TEST(VerbsAddresses, TheServerMeetsTheClientAtItsPeerAddress) {
