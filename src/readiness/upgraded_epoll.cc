@@ -66,11 +66,11 @@ int epoll_control(int epoll_fd, int operation, int fd, epoll_event* event) {
   switch (operation) {
     case EPOLL_CTL_ADD: {
       if (event == nullptr) break;
-      // Watching an accepted socket is this process's first I/O on it: a
-      // server's upgrade starts here, not at its first read. (An event-driven
-      // server reads only once the client has sent; until the switch, that
-      // all goes over TCP.)
-      std::shared_ptr<upgrade::Connection> connection = upgrade::connection_for_io(fd);
+      // An event-driven server reads only once the client has sent: its
+      // upgrade to a peer on another host starts when it watches the socket
+      // (asynchronously), so that the bytes before the switch are few.
+      upgrade::begin_server_upgrade_when_watched(fd);
+      std::shared_ptr<upgrade::Connection> connection = upgrade::find_connection(fd);
       if (connection != nullptr && connection->phase() == upgrade::UpgradePhase::declined)
         connection.reset();
       std::shared_ptr<EpollSet> nested = connection == nullptr ? find_set(fd) : nullptr;

@@ -47,6 +47,13 @@ void try_same_host_upgrade(int fd, Connection& connection, uint64_t client_inode
   QPSOCK_LOG(info, "fd %d: upgraded to shared memory", fd);
 }
 
+// Whether a server's client is met on this host (its socket's inode in
+// `client_inode`): unless same_host = rdma sends every peer over RDMA. One
+// exact SOCK_DIAG query, which fails at once for a peer on another host.
+bool met_on_this_host(int fd, uint64_t& client_inode) {
+  return same_host_path() != config::SameHost::rdma && find_peer_socket_inode(fd, client_inode) == 0;
+}
+
 // The server's side, at its first I/O in this process: a client on this
 // host is met over AF_UNIX (unless same_host says otherwise), any other over
 // rdma_cm, from the upgrade worker.
@@ -57,19 +64,15 @@ void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
     connection->decline("the process uses io_uring");
     return;
   }
-  const config::SameHost same_host = same_host_path();
-  if (same_host != config::SameHost::rdma) {
-    uint64_t client_inode = 0;
-    // One exact SOCK_DIAG query: it fails at once for a peer on another host.
-    if (find_peer_socket_inode(fd, client_inode) == 0) {
-      if (same_host == config::SameHost::kernel) {
-        QPSOCK_LOG(info, "fd %d: same-host upgrades are off; stays on TCP", fd);
-        connection->decline("same-host upgrades are off (same_host = kernel)");
-        return;
-      }
-      try_same_host_upgrade(fd, *connection, client_inode);
+  uint64_t client_inode = 0;
+  if (met_on_this_host(fd, client_inode)) {
+    if (same_host_path() == config::SameHost::kernel) {
+      QPSOCK_LOG(info, "fd %d: same-host upgrades are off; stays on TCP", fd);
+      connection->decline("same-host upgrades are off (same_host = kernel)");
       return;
     }
+    try_same_host_upgrade(fd, *connection, client_inode);
+    return;
   }
   begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
 }
@@ -130,6 +133,19 @@ void offer_server_upgrade(int fd) {
   // Where the peer is, and io_uring, are looked at at the first I/O, in the
   // process that does it.
   attach_connection(fd, std::make_shared<Connection>(config::Role::server));
+}
+
+void begin_server_upgrade_when_watched(int fd) {
+  if (!any_connections()) return;
+  std::shared_ptr<Connection> connection = find_connection(fd);
+  if (connection == nullptr || connection->role() != config::Role::server ||
+      connection->phase() != UpgradePhase::offered)
+    return;
+  ErrnoGuard errno_guard;
+  uint64_t client_inode = 0;
+  if (met_on_this_host(fd, client_inode)) return;  // at the first I/O
+  if (process_uses_io_uring()) return;             // declined, with its line, at the first I/O
+  if (connection->begin_negotiation()) begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
 }
 
 std::shared_ptr<Connection> connection_for_io(int fd) {

@@ -20,6 +20,13 @@ void withdraw_upgrade(int fd);
 // process (over shared memory if the client is on this host, else over RDMA).
 void offer_server_upgrade(int fd);
 
+// An accepted socket added to an epoll set in this process: its upgrade
+// starts now if the peer is on another host (handed to the upgrade worker:
+// nothing waits here). A same-host peer is met at the first I/O, as before:
+// its handshake runs in the calling thread, which here is often an event
+// loop's only one.
+void begin_server_upgrade_when_watched(int fd);
+
 // The Connection a data call on `fd` must go through, or null (a plain
 // socket, or one that stays on TCP). A server's first call tries the upgrade.
 std::shared_ptr<Connection> connection_for_io(int fd);

@@ -171,8 +171,9 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
   }
   if (result == 0) result = start_stream(connection, tcp_fd, std::move(verbs), settings);
   if (result < 0) {
-    QPSOCK_LOG(info, "fd %d: RDMA upgrade failed (%s); stays on TCP", tcp_fd,
-               strerrordesc_np(-result));
+    if (result != -ENOTCONN)
+      QPSOCK_LOG(info, "fd %d: RDMA upgrade failed (%s); stays on TCP", tcp_fd,
+                 strerrordesc_np(-result));
     return result;
   }
   QPSOCK_LOG(info, "fd %d: upgraded to RDMA (%s)", tcp_fd, device.text);
