@@ -300,6 +300,9 @@ class Stream {
   // them the moment the rendezvous arrives.
   void prepare_landing_locked(StateLock& state, const IovecCursor& destination,
                               RegistrationLease& landing);
+  // The peer's end of stream came, then the link went: nothing more of its
+  // will land (a rendezvous of its unfinished stays so).
+  bool peer_ended_in_order_locked() const { return broken_ && eof_received_; }
   // Drops the head rendezvous, and true, if its writer ended (in order) in
   // the middle of it and nothing of it is left to deliver.
   bool drop_unfinished_rendezvous_locked(const RecordView& record, IncomingRendezvous& rendezvous);

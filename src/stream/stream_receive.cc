@@ -263,7 +263,7 @@ bool Stream::drop_unfinished_rendezvous_locked(const RecordView& record,
   // orderly. What had landed is delivered (the bounce buffer first); the
   // rest was never sent, as the part of a TCP write its kernel had not yet
   // accepted.
-  if (!broken_ || !eof_received_ || rendezvous.untaken() == 0 ||
+  if (!peer_ended_in_order_locked() || rendezvous.untaken() == 0 ||
       rendezvous_in_.bounce().held_bytes() > 0)
     return false;
   QPSOCK_LOG(debug, "stream: the peer ended %llu bytes into a write of %llu; the rest never came",
@@ -305,7 +305,7 @@ ssize_t Stream::peek(StateLock& receive_lock, StateLock& state, std::span<const 
           const uint64_t want = std::min<uint64_t>(view.remaining(), rendezvous->untaken());
           // Its writer ended in the middle of it: what landed is all there
           // is of it, and what follows comes next (drop_unfinished_rendezvous_locked).
-          const bool writer_ended = broken_ && eof_received_;
+          const bool writer_ended = peer_ended_in_order_locked();
           if (!writer_ended && bounce.held_bytes() < want && rendezvous->unrequested() > 0) {
             const uint64_t more = std::min<uint64_t>(
                 rendezvous->unrequested(),
