@@ -136,12 +136,9 @@ public final class BlockingEchoClient {
       throws Exception {
     long streamSeed = seed * 1000003L + id;
     try (Socket socket = new Socket()) {
-      String source = System.getProperty("echo.source");
-      if (source != null) socket.bind(new InetSocketAddress(InetAddress.getByName(source), 0));
-      String address = System.getProperty("echo.address");
-      InetAddress server =
-          address == null ? InetAddress.getLoopbackAddress() : InetAddress.getByName(address);
-      socket.connect(new InetSocketAddress(server, port), 10_000);
+      InetAddress source = EchoAddresses.source();
+      if (source != null) socket.bind(new InetSocketAddress(source, 0));
+      socket.connect(new InetSocketAddress(EchoAddresses.server(), port), 10_000);
       // -Decho.startDelayMillis: a pause between connecting and the first
       // byte (time for an upgrade that a test wants done before the data).
       long startDelay = Long.getLong("echo.startDelayMillis", 0);

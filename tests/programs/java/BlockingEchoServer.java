@@ -1,7 +1,6 @@
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
-import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -16,12 +15,6 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class BlockingEchoServer {
   private BlockingEchoServer() {}
 
-  /** The address to listen on: -Decho.address=ADDRESS, else loopback. */
-  static InetAddress listenAddress() throws java.net.UnknownHostException {
-    String address = System.getProperty("echo.address");
-    return address == null ? InetAddress.getLoopbackAddress() : InetAddress.getByName(address);
-  }
-
   public static void main(String[] args) throws Exception {
     if (args.length < 1 || args.length > 2) {
       System.err.println("usage: BlockingEchoServer PORT [CONNECTIONS]");
@@ -33,7 +26,7 @@ public final class BlockingEchoServer {
     Thread[] workers = new Thread[Math.max(limit, 0)];
     try (ServerSocket server = new ServerSocket()) {
       server.setReuseAddress(true);
-      server.bind(new java.net.InetSocketAddress(listenAddress(), port), 128);
+      server.bind(new java.net.InetSocketAddress(EchoAddresses.server(), port), 128);
       for (int accepted = 0; limit < 0 || accepted < limit; accepted++) {
         Socket socket = server.accept();
         int id = accepted;

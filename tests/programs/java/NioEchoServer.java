@@ -1,5 +1,4 @@
 import java.io.IOException;
-import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.nio.ByteBuffer;
 import java.nio.channels.SelectionKey;
@@ -31,12 +30,6 @@ public final class NioEchoServer {
     }
   }
 
-  /** The address to listen on: -Decho.address=ADDRESS, else loopback. */
-  static InetAddress listenAddress() throws java.net.UnknownHostException {
-    String address = System.getProperty("echo.address");
-    return address == null ? InetAddress.getLoopbackAddress() : InetAddress.getByName(address);
-  }
-
   public static void main(String[] args) throws Exception {
     if (args.length < 1 || args.length > 2) {
       System.err.println("usage: NioEchoServer PORT [CONNECTIONS]");
@@ -49,7 +42,7 @@ public final class NioEchoServer {
     int failures = 0;
     try (Selector selector = Selector.open();
         ServerSocketChannel server = ServerSocketChannel.open()) {
-      server.bind(new InetSocketAddress(listenAddress(), port), 128);
+      server.bind(new InetSocketAddress(EchoAddresses.server(), port), 128);
       server.configureBlocking(false);
       SelectionKey serverKey = server.register(selector, SelectionKey.OP_ACCEPT);
       while (limit < 0 || finished < limit) {
