@@ -85,6 +85,11 @@ wait_file() {  # path seconds
     for ((i = 0; i < $2 * 20; i++)); do [[ -s $1 ]] && return 0; sleep 0.05; done
     return 1
 }
+wait_listening() {  # tcp-port seconds: until something listens there (without connecting to it)
+    local i
+    for ((i = 0; i < $2 * 10; i++)); do timeout 5 ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0; sleep 0.1; done
+    return 1
+}
 wait_grep() {  # pattern seconds files...
     local pattern=$1 seconds=$2 i f all
     shift 2
@@ -334,7 +339,7 @@ if command -v iperf3 >/dev/null; then
     read -ra cprefix <<<"$(qpsock_prefix "$LOG/iperf.client.qplog")"
     start_bg "$LOG/iperf.server.out" "${sprefix[@]}" iperf3 -s -1 -B $SERVER_IP -p 5201
     ispid=$BG
-    for ((i = 0; i < 100; i++)); do timeout 5 ss -Hltn 'sport = :5201' 2>/dev/null | grep -q . && break; sleep 0.1; done
+    wait_listening 5201 10
     "${cprefix[@]}" iperf3 -c $SERVER_IP -B $CLIENT_IP -p 5201 -P 4 -t 3 -J >"$LOG/iperf.client.out" 2>&1
     icrc=$?
     reap "$ispid" 20; isrc=$?
@@ -365,7 +370,7 @@ if command -v socat >/dev/null; then
     read -ra sprefix <<<"$(qpsock_prefix "$LOG/socat.server.qplog")"
     start_bg "$LOG/socat.server.out" "${sprefix[@]}" socat TCP-LISTEN:5301,bind=$SERVER_IP,reuseaddr,fork EXEC:cat
     sspid=$BG
-    for ((i = 0; i < 100; i++)); do timeout 5 ss -Hltn 'sport = :5301' 2>/dev/null | grep -q . && break; sleep 0.1; done
+    wait_listening 5301 10
     head -c $((8 << 20)) /dev/urandom >"$LOG/socat.in"
     ok=1
     for n in 1 2; do
@@ -482,7 +487,7 @@ if command -v curl >/dev/null; then
     read -ra sprefix <<<"$(qpsock_prefix "$LOG/http.server.qplog")"
     start_bg "$LOG/http.server.out" "${sprefix[@]}" python3 -m http.server --bind $SERVER_IP --directory "$LOG/www" 5601
     hspid=$BG
-    for ((i = 0; i < 100; i++)); do timeout 5 ss -Hltn 'sport = :5601' 2>/dev/null | grep -q . && break; sleep 0.1; done
+    wait_listening 5601 10
     snapshot before
     ok=1 ups=0
     for mib in "${files[@]}"; do
@@ -524,7 +529,7 @@ if command -v java >/dev/null && [[ -f $JAR ]]; then
         read -ra cprefix <<<"$(qpsock_prefix "$LOG/$server.client.qplog")"
         start_bg "$LOG/$server.server.out" "${sprefix[@]}" java "${java_options[@]}" -cp "$JAR" "$server" 5701 16
         jspid=$BG
-        for ((i = 0; i < 200; i++)); do timeout 5 ss -Hltn 'sport = :5701' 2>/dev/null | grep -q . && break; sleep 0.1; done
+        wait_listening 5701 20
         snapshot before
         "${cprefix[@]}" java "${java_options[@]}" -Decho.source=$CLIENT_IP -Decho.startDelayMillis=5000 -cp "$JAR" BlockingEchoClient \
             5701 16 $((2 << 20)) 7 >"$LOG/$server.report" 2>"$LOG/$server.client.err"
