@@ -123,7 +123,7 @@ int dup(int fd) {
   if (duplicate >= 0) {
     table().copy(fd, duplicate);
     record_fd_copy(fd, duplicate);
-    upgrade::copy_connection(fd, duplicate);
+    upgrade::connection_copied(fd, duplicate);
   }
   return duplicate;
 }
@@ -133,7 +133,7 @@ int dup2(int old_fd, int new_fd) {
   if (result >= 0 && old_fd != new_fd) {
     table().copy(old_fd, new_fd);
     record_fd_copy(old_fd, new_fd);
-    upgrade::copy_connection(old_fd, new_fd);
+    upgrade::connection_copied(old_fd, new_fd);
     // The socket new_fd held leaves the epoll sets it was in, as when closed.
     readiness::fd_closing(new_fd);
   }
@@ -145,7 +145,7 @@ int dup3(int old_fd, int new_fd, int flags) {
   if (result >= 0) {
     table().copy(old_fd, new_fd);
     record_fd_copy(old_fd, new_fd);
-    upgrade::copy_connection(old_fd, new_fd);
+    upgrade::connection_copied(old_fd, new_fd);
     readiness::fd_closing(new_fd);
   }
   return result;
@@ -156,7 +156,7 @@ int fcntl(int fd, int command, long argument) {
   if (result >= 0 && (command == F_DUPFD || command == F_DUPFD_CLOEXEC)) {
     table().copy(fd, result);
     record_fd_copy(fd, result);
-    upgrade::copy_connection(fd, result);
+    upgrade::connection_copied(fd, result);
   }
   return result;
 }

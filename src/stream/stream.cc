@@ -109,6 +109,11 @@ void Stream::set_control_channel(int fd, ControlEventHandler handler,
   watching_control_ = fd >= 0 && control_handler_ != nullptr;
 }
 
+void Stream::move_control_channel(int fd) {
+  std::lock_guard state(state_mutex_);
+  control_fd_ = fd;
+}
+
 void Stream::answer_peer() {
   std::lock_guard state(state_mutex_);
   if (connected_) progress_locked();

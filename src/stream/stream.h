@@ -106,6 +106,9 @@ class Stream {
   // `probe` is asked when the link breaks without the peer's end of stream
   // (did its process end?); without one, the stream peeks at fd.
   void set_control_channel(int fd, ControlEventHandler handler, ControlProbe probe = {});
+  // The application renumbered the socket (dup2, then close of the old
+  // number): the control channel is now `fd`, the same socket.
+  void move_control_channel(int fd);
   // The peer rang the doorbell (stream/control_doorbell.h): take in what it
   // sent and answer it, though no application thread calls in.
   void answer_peer();

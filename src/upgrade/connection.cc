@@ -88,10 +88,11 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   // After the switch the TCP connection carries nothing but the token,
   // doorbells (stream/control_doorbell.h) and the FIN or RST of a closing or
   // dying peer: the stream learns of those here.
-  raw->set_control_channel(tcp_fd, [this, tcp_fd, raw](short revents) {
+  control_fd_.store(tcp_fd, std::memory_order_release);
+  raw->set_control_channel(tcp_fd, [this, raw](short revents) {
     if (!receiving_switched()) return stream::ControlVerdict::stop_watching;
     if ((revents & POLLERR) != 0) return stream::ControlVerdict::connection_lost;
-    switch (stream::take_doorbells(tcp_fd)) {
+    switch (stream::take_doorbells(control_fd())) {
       case stream::ControlState::quiet:
         return stream::ControlVerdict::keep_waiting;
       case stream::ControlState::end_of_file:
@@ -110,8 +111,8 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
         break;
     }
     return stream::ControlVerdict::connection_lost;
-  }, [this, tcp_fd] {
-    return stream::read_control_state(tcp_fd, receiving_switched()
+  }, [this] {
+    return stream::read_control_state(control_fd(), receiving_switched()
                                                   ? stream::DoorbellsPossible::yes
                                                   : stream::DoorbellsPossible::no);
   });
@@ -130,6 +131,14 @@ void Connection::answer_doorbell() {
   // peer gone), then progress answers what the peer sent.
   current->on_control_event(POLLIN);
   current->answer_peer();
+}
+
+void Connection::control_fd_left(int fd, int other_fd) {
+  stream::Stream* current = stream();
+  if (current == nullptr || other_fd < 0) return;
+  int expected = fd;
+  if (control_fd_.compare_exchange_strong(expected, other_fd, std::memory_order_acq_rel))
+    current->move_control_channel(other_fd);
 }
 
 void Connection::receive_low_water_changed(int tcp_fd) {

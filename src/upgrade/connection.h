@@ -100,6 +100,7 @@ class Connection {
   // The last fd of this process on the socket is closing: flush and end the
   // stream; true when the application left data unread (close resets then).
   bool close_stream();
+
   // The cork flusher's call (cork_flusher.h): announce what MSG_MORE corked.
   void flush_cork(int fd);
   // The doorbell watcher's call (doorbell_watcher.h): the TCP socket became
@@ -107,6 +108,13 @@ class Connection {
   void answer_doorbell();
   // setsockopt(SO_RCVLOWAT) on the socket: the stream, if installed, takes it.
   void receive_low_water_changed(int tcp_fd);
+  // The fd number the stream watches for the peer's doorbells, FIN and reset
+  // (the socket's fd when installed); -1 before.
+  int control_fd() const { return control_fd_.load(std::memory_order_acquire); }
+  // `fd` no longer refers to the socket in this process (closed, or another
+  // file dup2'ed over it) while `other_fd` still does: the stream watches
+  // `other_fd` from now on, if it watched `fd`.
+  void control_fd_left(int fd, int other_fd);
 
   // How many of this process's fds refer to the connection (dup shares it);
   // kept by the registry.
@@ -162,6 +170,7 @@ class Connection {
   BindingToken peer_token_{};      // we write it into TCP to the peer
   std::unique_ptr<stream::Stream> stream_;
   std::atomic<stream::Stream*> stream_installed_{nullptr};
+  std::atomic<int> control_fd_{-1};
 
   // The verbs path: the Hellos still to go through (ours sent, the peer's
   // taken) before our sending direction may switch; the peer's is awaited.

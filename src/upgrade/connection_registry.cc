@@ -121,19 +121,19 @@ std::shared_ptr<Connection> find_connection(int fd) {
   return connection;
 }
 
-void attach_connection(int fd, std::shared_ptr<Connection> connection) {
+std::shared_ptr<Connection> attach_connection(int fd, std::shared_ptr<Connection> connection) {
   Registry& entries = registry();
   std::atomic<Holder*>* slot = entries.by_fd.at(fd);
-  if (slot == nullptr || connection == nullptr) return;
+  if (slot == nullptr || connection == nullptr) return nullptr;
   Holder* holder = entries.holders.take();
-  if (holder == nullptr) return;  // no memory: the socket stays on the kernel path
+  if (holder == nullptr) return nullptr;  // no memory: the socket stays on the kernel path
   connection->fd_attached();
   holder->connection = std::move(connection);
   holder->references.store(1, std::memory_order_release);
   int highest = entries.highest_fd.load(std::memory_order_relaxed);
   while (fd > highest && !entries.highest_fd.compare_exchange_weak(highest, fd, std::memory_order_relaxed)) {
   }
-  replace(entries, *slot, holder);
+  return replace(entries, *slot, holder);
 }
 
 std::shared_ptr<Connection> detach_connection(int fd) {
@@ -143,13 +143,22 @@ std::shared_ptr<Connection> detach_connection(int fd) {
   return slot != nullptr ? replace(entries, *slot, nullptr) : nullptr;
 }
 
-void copy_connection(int source, int destination) {
+std::shared_ptr<Connection> copy_connection(int source, int destination) {
   std::shared_ptr<Connection> shared = find_connection(source);
-  if (shared == nullptr) {
-    detach_connection(destination);
-    return;
+  std::shared_ptr<Connection> displaced =
+      shared == nullptr ? detach_connection(destination) : attach_connection(destination, shared);
+  return displaced != shared ? displaced : nullptr;
+}
+
+int attached_fd(const Connection* connection, int preferred) {
+  if (preferred >= 0 && find_connection(preferred).get() == connection) return preferred;
+  Registry& entries = registry();
+  if (entries.count.load(std::memory_order_acquire) == 0) return -1;
+  const int highest = entries.highest_fd.load(std::memory_order_acquire);
+  for (int fd = 0; fd <= highest; fd++) {
+    if (find_connection(fd).get() == connection) return fd;
   }
-  attach_connection(destination, std::move(shared));
+  return -1;
 }
 
 bool connection_in_use(const Connection* connection) { return connection->attached_fds() > 0; }

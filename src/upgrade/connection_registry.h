@@ -17,11 +17,16 @@ namespace qpsock::upgrade {
 // True if any fd of this process may have a Connection.
 bool any_connections();
 std::shared_ptr<Connection> find_connection(int fd);
-void attach_connection(int fd, std::shared_ptr<Connection> connection);
+// Returns the Connection fd had before (null if none).
+std::shared_ptr<Connection> attach_connection(int fd, std::shared_ptr<Connection> connection);
 // Removes fd's entry and returns it (null if none).
 std::shared_ptr<Connection> detach_connection(int fd);
-// dup/dup2/dup3/F_DUPFD: destination now shares source's Connection.
-void copy_connection(int source, int destination);
+// dup/dup2/dup3/F_DUPFD: destination now shares source's Connection. Returns
+// the Connection destination had before, if another (dup2 over a socket).
+std::shared_ptr<Connection> copy_connection(int source, int destination);
+// An fd of this process that refers to `connection`: `preferred` if it does,
+// else the lowest such fd; -1 if none.
+int attached_fd(const Connection* connection, int preferred);
 // Whether `connection` is still attached to any fd.
 bool connection_in_use(const Connection* connection);
 // Calls visit(fd, connection) for every fd that has a Connection (exec, which

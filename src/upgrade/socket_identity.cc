@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "libc/next_symbols.h"
+#include "upgrade/connection_registry.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -115,6 +116,13 @@ bool process_holds_socket(pid_t pid, uint64_t inode) {
   }
   closedir(directory);
   return holds;
+}
+
+int socket_fd_of(const Connection& connection, int offered_fd, uint64_t socket_inode) {
+  const int fd = attached_fd(&connection, offered_fd);
+  uint64_t inode = 0;
+  if (fd < 0 || socket_inode_of_fd(fd, inode) < 0 || inode != socket_inode) return -ENOTCONN;
+  return fd;
 }
 
 }  // namespace qpsock::upgrade

@@ -10,6 +10,8 @@
 
 namespace qpsock::upgrade {
 
+class Connection;
+
 // The inode of the TCP socket in this network namespace whose own address is
 // `local` and whose peer is `remote` (NETLINK_SOCK_DIAG, one exact lookup).
 // 0 or -errno (-ENOENT: no such socket here, e.g. the peer is on another host).
@@ -18,6 +20,13 @@ int find_tcp_socket_inode(const sockaddr_storage& local, const sockaddr_storage&
 
 // The inode of the socket behind our own fd.
 int socket_inode_of_fd(int fd, uint64_t& inode);
+
+// The fd through which this process now holds `connection`'s socket, whose
+// inode is `socket_inode`: `offered_fd` while it still is that, else another
+// fd of the connection (a shell's `exec 3<>/dev/tcp/...` connects on one
+// number, then dup2s it to 3 and closes the first). -ENOTCONN if none is (the
+// application closed it, and may have reused the number).
+int socket_fd_of(const Connection& connection, int offered_fd, uint64_t socket_inode);
 
 // Whether process `pid` has socket `inode` open (one of /proc/PID/fd/* is
 // "socket:[inode]"). False when we may not look (another user's process).

@@ -191,11 +191,21 @@ void attach_statistics(int fd, stats::Handle handle) {
     connection->attach_statistics(handle);
 }
 
+void connection_copied(int source, int destination) {
+  std::shared_ptr<Connection> displaced = copy_connection(source, destination);
+  if (displaced != nullptr && connection_in_use(displaced.get()))
+    displaced->control_fd_left(destination, attached_fd(displaced.get(), -1));
+}
+
 void connection_closing(int fd) {
   if (!any_connections()) return;
   ErrnoGuard errno_guard;
   std::shared_ptr<Connection> connection = detach_connection(fd);
-  if (connection == nullptr || connection_in_use(connection.get())) return;
+  if (connection == nullptr) return;
+  if (connection_in_use(connection.get())) {
+    connection->control_fd_left(fd, attached_fd(connection.get(), -1));
+    return;
+  }
   if (connection->close_stream()) {
     // Unread data: TCP answers close with a reset, and so do we.
     const linger abortive{1, 0};

@@ -31,6 +31,10 @@ void begin_server_upgrade_when_watched(int fd);
 // socket, or one that stays on TCP). A server's first call tries the upgrade.
 std::shared_ptr<Connection> connection_for_io(int fd);
 
+// dup, dup2, dup3, F_DUPFD: destination now refers to source's socket (and
+// its Connection). A socket it referred to before, still open under another
+// fd, is watched through that one.
+void connection_copied(int source, int destination);
 // close(): the last fd of this process on an upgraded socket ends its stream
 // (and makes the kernel reset the connection if data was left unread).
 void connection_closing(int fd);

@@ -155,19 +155,18 @@ void UpgradeAgent::answer_same_host(Offer offer) {
     if (connection) connection->decline("the side channel failed");
     return;
   }
-  // The application may have closed the fd and reused its number since.
-  uint64_t inode = 0, peer_inode = 0;
-  int result = socket_inode_of_fd(offer.tcp_fd, inode);
-  if (result == 0 && inode != offer.tcp_socket_inode) result = -ENOTCONN;
-  if (result == 0) result = find_peer_socket_inode(offer.tcp_fd, peer_inode);
-  if (result == 0) result = run_handshake(*connection, offer.tcp_fd, side_fd, peer_inode, offer.deadline);
+  // The application may have renumbered the socket, or closed it and reused the number.
+  const int tcp_fd = socket_fd_of(*connection, offer.tcp_fd, offer.tcp_socket_inode);
+  uint64_t peer_inode = 0;
+  int result = tcp_fd < 0 ? tcp_fd : find_peer_socket_inode(tcp_fd, peer_inode);
+  if (result == 0) result = run_handshake(*connection, tcp_fd, side_fd, peer_inode, offer.deadline);
   next::close(side_fd);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: upgrade declined (%d); the connection stays on TCP", offer.tcp_fd, result);
     connection->decline("the upgrade handshake failed");
     return;
   }
-  QPSOCK_LOG(info, "fd %d: upgraded to shared memory", offer.tcp_fd);
+  QPSOCK_LOG(info, "fd %d: upgraded to shared memory", tcp_fd);
 }
 
 // A server came over rdma_cm: accept it, then the listeners are done either way.

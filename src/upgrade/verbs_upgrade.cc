@@ -59,16 +59,6 @@ const char* decline_reason(int error) {
   }
 }
 
-// Whether `tcp_fd` is still the socket the attempt was made for, and still
-// `connection`'s: the application may have closed it and reused the number.
-int still_the_same_socket(int tcp_fd, uint64_t tcp_socket_inode, const Connection& connection) {
-  uint64_t inode = 0;
-  if (socket_inode_of_fd(tcp_fd, inode) < 0 || inode != tcp_socket_inode ||
-      find_connection(tcp_fd).get() != &connection)
-    return -ENOTCONN;
-  return 0;
-}
-
 // The device's name, copied: the transport moves into the stream.
 struct DeviceName {
   char text[64];
@@ -109,7 +99,10 @@ void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_pt
   DeviceName device{};
   if (result == 0) {
     device = device_of(verbs);
-    result = still_the_same_socket(tcp_fd, tcp_socket_inode, *connection);
+    // The application may have renumbered the socket meanwhile.
+    const int current_fd = socket_fd_of(*connection, tcp_fd, tcp_socket_inode);
+    if (current_fd < 0) result = current_fd;
+    else tcp_fd = current_fd;
   }
   if (result == 0) result = start_stream(*connection, tcp_fd, std::move(verbs), settings);
   if (result < 0) {
@@ -153,7 +146,10 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
   DeviceName device{};
   if (result == 0) {
     device = device_of(verbs);
-    result = still_the_same_socket(tcp_fd, tcp_socket_inode, connection);
+    // The application may have renumbered the socket meanwhile.
+    const int current_fd = socket_fd_of(connection, tcp_fd, tcp_socket_inode);
+    if (current_fd < 0) result = current_fd;
+    else tcp_fd = current_fd;
   }
   // A connection that ended on TCP while the upgrade came (all its bytes
   // moved before it) has nothing left to upgrade.

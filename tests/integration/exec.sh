@@ -13,7 +13,8 @@
 #  - the exit status is propagated (3 gives 3, 0 gives 0, death by SIGTERM
 #    gives 143).
 #  - a shell script (bash, talking over /dev/tcp) and `java -jar` run
-#    under the runner with the same output.
+#    under the runner with the same output; the script's socket is renumbered
+#    by bash before its upgrade.
 # usage: exec.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 parse_runners "$@"
@@ -116,9 +117,17 @@ shell_and_java_jar() {
   start_server "$runner" "echo-server.$tag" "$QPSOCK_PROGRAMS_DIR/fork_echo_server" -n 5 @PORT@ || return 0
   port=$SERVER_PORT
   output=$TEST_TMP/shell.$tag
-  run_under "$runner" 30 "$TEST_TMP/shell_probe.sh" "$port" "$PROBE" >"$output" 2>"$LOG_DIR/shell.$tag.log" ||
-    status=$?
+  # fd 3 taken: bash connects on another number, then dup2s it to 3.
+  QPSOCK_LOG_LEVEL=info run_under "$runner" 30 "$TEST_TMP/shell_probe.sh" "$port" "$PROBE" \
+    3</dev/null >"$output" 2>"$LOG_DIR/shell.$tag.log" || status=$?
   assert_equal "shell script over /dev/tcp ($runner)" 0 "$status"
+  if [[ $runner == qpsock ]]; then
+    if grep -q "fd 3: upgraded to shared memory" "$LOG_DIR/shell.$tag.log"; then
+      pass "shell script: its socket, renumbered to fd 3, was upgraded"
+    else
+      fail "shell script: no upgrade of fd 3 in its log"
+    fi
+  fi
   expect_state "exec_probe started by the shell script" "$runner" "$output" "$status"
   grep -v '^qpsock=' "$output" >"$output.transcript" || true
   compare_with_reference shell "shell script transcript ($runner)" "$output.transcript"

@@ -2,7 +2,8 @@
 # Fork-per-connection server: fork_echo_server accepts, forks a child that
 # echoes the connection, and closes its own copy; echo_client opens several
 # concurrent connections, each with a checked pseudo-random stream. Cases:
-# large random writes over 127.0.0.1 and ::1, and many tiny writes. The
+# large random writes over 127.0.0.1 and ::1, many tiny writes, and sockets
+# renumbered mid-stream (dup to another number, close the first). The
 # client's report (bytes and CRC-32 per connection) must have the same
 # sha256 under every runner; the server must reap every child with success.
 # usage: fork_echo.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
@@ -16,6 +17,8 @@ CASES=(
   "bulk-ipv4||-c 8 -b 8388608 -s 11"
   "bulk-ipv6|-6|-6 -c 8 -b 4194304 -s 12"
   "tiny-writes||-c 4 -b 262144 -w 64 -s 13"
+  # Each socket renumbered mid-stream, its old number a readable pipe.
+  "renumbered||-B -R 1048576 -c 2 -b 4194304 -s 14"
 )
 
 declare -A REFERENCE=()

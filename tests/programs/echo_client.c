@@ -5,7 +5,7 @@
  * per connection (bytes and CRC-32 of what came back) and exits 0 only if
  * every connection got back exactly what it sent.
  *
- * usage: echo_client [-6] [-B] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE]
+ * usage: echo_client [-6] [-B] [-R BYTES] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE]
  *                    [-t IDLE_SECONDS] PORT
  *
  * -B: blocking sockets and no poll at all. All connections are opened first, so that the server
@@ -13,6 +13,12 @@
  * 64 KiB (default socket buffers and stream rings hold that much in flight,
  * so the write does not wait for our read), then its echo read back and
  * checked. Same streams, so the same report as without -B. -t does not apply.
+ *
+ * -R BYTES (with -B): once a connection has BYTES echoed, renumber its socket
+ * as a shell does (dup to a number of 100 or more, close the old one), then
+ * put a pipe holding one unread byte on the old number, so that anything still
+ * watching that number finds it readable and not a socket. The rest of the
+ * stream and its end must go on as before.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -33,6 +39,7 @@ struct connection {
   unsigned char* pending; /* bytes generated but not yet written */
   size_t pending_offset, pending_length;
   uint32_t crc;
+  int renumbered_pipe[2]; /* -R: the pipe on the socket's old number (0, 0: none) */
 };
 
 static size_t random_size(uint64_t* state, size_t maximum) {
@@ -57,8 +64,23 @@ static int read_exactly(int fd, unsigned char* buffer, size_t length) {
 }
 
 /* The -B mode: blocking I/O, never poll (see the top). */
+/* The -R step: fd moves to 100 or above; its old number becomes a readable pipe. */
+static void renumber(struct connection* c, int pipe_ends[2]) {
+  int moved = fcntl(c->fd, F_DUPFD, 100);
+  if (moved < 0) die("F_DUPFD:");
+  if (close(c->fd) != 0) die("close:");
+  if (pipe(pipe_ends) != 0) die("pipe:");
+  if (pipe_ends[0] != c->fd) {
+    if (dup2(pipe_ends[0], c->fd) < 0) die("dup2:");
+    close(pipe_ends[0]);
+    pipe_ends[0] = c->fd;
+  }
+  if (write(pipe_ends[1], "x", 1) != 1) die("write to the pipe:");
+  c->fd = moved;
+}
+
 static int run_blocking(struct connection* connections, long count, unsigned long long bytes,
-                        size_t max_write, int ipv6, int port) {
+                        size_t max_write, int ipv6, int port, unsigned long long renumber_after) {
   struct sockaddr_storage address;
   socklen_t address_length = loopback_address(&address, ipv6, port);
   size_t chunk = max_write < BLOCKING_CHUNK ? max_write : BLOCKING_CHUNK;
@@ -99,6 +121,8 @@ static int run_blocking(struct connection* connections, long count, unsigned lon
           return 1;
         }
         c->crc = crc32_update(c->crc, read_buffer, size);
+        if (renumber_after > 0 && c->received < renumber_after && c->received + size >= renumber_after)
+          renumber(c, c->renumbered_pipe);
         c->received += size;
         continue;
       }
@@ -113,6 +137,10 @@ static int run_blocking(struct connection* connections, long count, unsigned lon
         return 1;
       }
       close(c->fd);
+      if (c->renumbered_pipe[1] > 0) {
+        close(c->renumbered_pipe[0]);
+        close(c->renumbered_pipe[1]);
+      }
       c->done = 1;
       remaining--;
     }
@@ -125,17 +153,19 @@ static int run_blocking(struct connection* connections, long count, unsigned lon
 int main(int argc, char** argv) {
   program_name = "echo_client";
   int ipv6 = 0, blocking = 0;
+  unsigned long long renumber_after = 0;
   long count = 16, idle_seconds = 20;
   unsigned long long bytes = 4ull << 20;
   uint64_t seed = 1;
   size_t max_write = 256 * 1024;
   int option;
   const char* usage =
-      "usage: echo_client [-6] [-B] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE] [-t IDLE] PORT";
-  while ((option = getopt(argc, argv, "6Bc:b:s:w:t:")) != -1) {
+      "usage: echo_client [-6] [-B] [-R BYTES] [-c CONNECTIONS] [-b BYTES] [-s SEED] [-w MAX_WRITE] [-t IDLE] PORT";
+  while ((option = getopt(argc, argv, "6BR:c:b:s:w:t:")) != -1) {
     switch (option) {
       case '6': ipv6 = 1; break;
       case 'B': blocking = 1; break;
+      case 'R': renumber_after = (unsigned long long)parse_number(optarg, "renumbering point"); break;
       case 'c': count = parse_number(optarg, "connection count"); break;
       case 'b': bytes = (unsigned long long)parse_number(optarg, "byte count"); break;
       case 's': seed = (uint64_t)parse_number(optarg, "seed"); break;
@@ -144,7 +174,8 @@ int main(int argc, char** argv) {
       default: die("%s", usage);
     }
   }
-  if (optind + 1 != argc || count < 1 || max_write < 1) die("%s", usage);
+  if (optind + 1 != argc || count < 1 || max_write < 1 || (renumber_after > 0 && !blocking))
+    die("%s", usage);
   int port = (int)parse_number(argv[optind], "port");
   signal(SIGPIPE, SIG_IGN);
   report_qpsock_state(program_name);
@@ -176,7 +207,7 @@ int main(int argc, char** argv) {
   }
 
   /* With -B everything is done here, and the poll loop below has nothing left. */
-  int failed = blocking ? run_blocking(connections, count, bytes, max_write, ipv6, port) : 0;
+  int failed = blocking ? run_blocking(connections, count, bytes, max_write, ipv6, port, renumber_after) : 0;
   long remaining = blocking ? 0 : count;
   while (remaining > 0 && !failed) {
     for (long index = 0; index < count; ++index) {

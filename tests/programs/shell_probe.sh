@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# shell_probe.sh PORT EXEC_PROBE: a shell script as the program under test.
-# Talks to an echo server on 127.0.0.1:PORT through bash's own /dev/tcp
-# (bash's socket/connect/read/write), one line at a time, printing each
-# reply; then runs EXEC_PROBE report as a child (its qpsock=... line shows
-# whether qpsock reached a program the script starts).
+# shell_probe.sh PORT EXEC_PROBE [HOST]: a shell script as the program under
+# test. Talks to an echo server on HOST:PORT (default 127.0.0.1) through
+# bash's own /dev/tcp (bash's socket/connect/read/write), one line at a time,
+# printing each reply; then runs EXEC_PROBE report as a child (its qpsock=...
+# line shows whether qpsock reached a program the script starts).
 set -euo pipefail
 port=$1
 probe=$2
+host=${3:-127.0.0.1}
 
-exec 3<>"/dev/tcp/127.0.0.1/$port"
+exec 3<>"/dev/tcp/$host/$port"
 for index in $(seq 1 200); do
   line="line $index $(printf '%0*d' $((index % 97)) 0)"
   printf '%s\n' "$line" >&3

@@ -59,6 +59,34 @@ TEST(ConnectionRegistry, AttachingOverAnFdReplacesItsConnection) {
   detach_connection(kFirstFd + 4);
 }
 
+TEST(ConnectionRegistry, Dup2OverAnotherConnectionReportsTheOneItDisplaced) {
+  auto moved = make_connection();
+  auto displaced = make_connection();
+  attach_connection(kFirstFd + 20, moved);
+  attach_connection(kFirstFd + 21, displaced);
+  attach_connection(kFirstFd + 22, displaced);
+  EXPECT_EQ(copy_connection(kFirstFd + 20, kFirstFd + 21), displaced);
+  EXPECT_EQ(find_connection(kFirstFd + 21), moved);
+  EXPECT_EQ(displaced->attached_fds(), 1u);
+  // Onto an fd of the same connection, or a plain one: nothing displaced.
+  EXPECT_EQ(copy_connection(kFirstFd + 20, kFirstFd + 21), nullptr);
+  EXPECT_EQ(copy_connection(kFirstFd + 20, kFirstFd + 23), nullptr);
+  for (int fd = kFirstFd + 20; fd <= kFirstFd + 23; ++fd) detach_connection(fd);
+}
+
+TEST(ConnectionRegistry, FindsAnotherFdOfAConnectionOnceItsFirstNumberWent) {
+  // A shell's `exec 3<>/dev/tcp/...`: connect on one number, dup2 to another, close the first.
+  auto connection = make_connection();
+  attach_connection(kFirstFd + 31, connection);
+  EXPECT_EQ(attached_fd(connection.get(), kFirstFd + 31), kFirstFd + 31);
+  copy_connection(kFirstFd + 31, kFirstFd + 30);
+  EXPECT_EQ(attached_fd(connection.get(), kFirstFd + 31), kFirstFd + 31) << "the preferred fd first";
+  detach_connection(kFirstFd + 31);
+  EXPECT_EQ(attached_fd(connection.get(), kFirstFd + 31), kFirstFd + 30);
+  detach_connection(kFirstFd + 30);
+  EXPECT_EQ(attached_fd(connection.get(), kFirstFd + 31), -1);
+}
+
 TEST(ConnectionRegistry, VisitsEveryFdThatHasAConnection) {
   auto connection = make_connection();
   attach_connection(kFirstFd + 5, connection);

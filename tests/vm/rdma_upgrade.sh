@@ -365,7 +365,7 @@ fi
 # --- 5. socat, fork per connection: the upgrade in the child --------------
 # The server's socat forks a child per connection (which runs cat through
 # EXEC): the child does the I/O, so the child must make the upgrade. Two
-# connections in turn, 8 MiB each, echoed and compared.
+# connections in turn, 8 MiB each, echoed and compared; then a shell script's.
 if command -v socat >/dev/null; then
     read -ra sprefix <<<"$(qpsock_prefix "$LOG/socat.server.qplog")"
     start_bg "$LOG/socat.server.out" "${sprefix[@]}" socat TCP-LISTEN:5301,bind=$SERVER_IP,reuseaddr,fork EXEC:cat
@@ -379,10 +379,28 @@ if command -v socat >/dev/null; then
         cmp -s "$LOG/socat.in" "$LOG/socat.out$n" || { ok=0; echo "  socat connection $n: echo differs ($(stat -c %s "$LOG/socat.out$n") bytes)"; }
         [[ $(upgraded_in "$LOG/socat.client$n.qplog") == 1 ]] || { ok=0; echo "  socat connection $n: the client did not upgrade"; }
     done
+    # A bash script over /dev/tcp (bash cannot bind a source address, so both
+    # ends are 10.77.0.1 and rxe0 loops to itself), with fd 3 already open:
+    # bash connects on fd 4, dup2s it to 3 and closes 4, so the upgrade must
+    # find the socket under its new number.
+    read -ra cprefix <<<"$(qpsock_prefix "$LOG/shell.client.qplog")"
+    shell_sent=$(counter /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts)
+    shell_status=0
+    "${cprefix[@]}" "$root/tests/programs/shell_probe.sh" 5301 "$build_dir/tests/programs/exec_probe" "$SERVER_IP" \
+        3</dev/null >"$LOG/shell.out" 2>"$LOG/shell.err" || shell_status=$?
+    shell_sent=$(( $(counter /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts) - shell_sent ))
+    echoed=$(grep -c '^echoed line' "$LOG/shell.out")
+    if ((shell_status == 0 && echoed == 200)) && grep -q '^qpsock=loaded$' "$LOG/shell.out" &&
+       grep -q "fd 3: upgraded to RDMA" "$LOG/shell.client.qplog" && ((shell_sent >= 200)); then
+        pass "bash over /dev/tcp, renumbered to fd 3: 200 lines echoed over RDMA (rxe0 sent $shell_sent packets)"
+    else
+        fail "bash over /dev/tcp: status $shell_status, $echoed lines echoed, rxe0 sent $shell_sent packets"
+        show "$LOG/shell.err" "$LOG/shell.client.qplog"
+    fi
     kill "$sspid" 2>/dev/null; reap "$sspid" 5
     children=$(grep "upgraded to RDMA" "$LOG/socat.server.qplog" | sed -E 's/^qpsock\[([0-9]+)\].*/\1/' | sort -u | wc -l)
-    if ((ok && children == 2)); then
-        pass "socat fork-per-connection echo: 2 x 8 MiB echoed intact, each upgraded in its own server child"
+    if ((ok && children == 3)); then
+        pass "socat fork-per-connection echo: 2 x 8 MiB echoed intact, and the script's lines, each upgraded in its own server child"
     else
         fail "socat fork-per-connection echo (ok $ok, $children server children upgraded)"
         show "$LOG/socat.server.qplog" "$LOG/socat.client1.qplog" "$LOG/socat.client1.err"
