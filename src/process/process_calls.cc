@@ -26,6 +26,7 @@ pid_t fork() {
   stats::before_fork();
   pid_t result = next::fork();
   ErrnoGuard errno_guard;
+  if (result == 0) upgrade::connections_after_fork_in_child();
   stats::after_fork(result);
   return result;
 }

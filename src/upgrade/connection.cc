@@ -211,6 +211,7 @@ void Connection::look_for_peer_hello() {
 }
 
 int Connection::readable_bytes(int fd, int& bytes) {
+  if (inherited_stream()) return -refuse_inherited_call(fd);
   std::unique_lock lock(receive_mutex_);
   int tcp_bytes = 0;
   if (next::ioctl(fd, FIONREAD, &tcp_bytes) != 0) return -errno;
@@ -229,6 +230,7 @@ int Connection::readable_bytes(int fd, int& bytes) {
 }
 
 int Connection::unsent_bytes(int fd, int& bytes) {
+  if (inherited_stream()) return -refuse_inherited_call(fd);
   if (sending_switched()) {
     bytes = static_cast<int>(stream()->unsent_bytes());
     return 0;
@@ -253,6 +255,11 @@ int Connection::take_error(int fd, int& error) {
 }
 
 int Connection::shutdown(int fd, int how) {
+  // The kernel's half-close would reach the parent's peer as its end.
+  if (inherited_stream()) {
+    errno = refuse_inherited_call(fd);
+    return -1;
+  }
   stream::Stream* current = stream();
   if (current != nullptr) {
     if ((how == SHUT_WR || how == SHUT_RDWR) && sending_switched()) current->shutdown_write();
@@ -261,6 +268,21 @@ int Connection::shutdown(int fd, int how) {
   // The kernel's half-close too: before the switch it is the real one, after
   // it the FIN tells the peer's control channel that we ended in order.
   return next::shutdown(fd, how);
+}
+
+void Connection::abandon_inherited_stream() {
+  if (stream() == nullptr) return;
+  inherited_stream_.store(true, std::memory_order_release);
+  stream_installed_.store(nullptr, std::memory_order_release);
+  // Deliberately never destroyed in this process (see the header).
+  static_cast<void>(stream_.release());
+}
+
+int Connection::refuse_inherited_call(int fd) {
+  if (!inherited_call_logged_.exchange(true, std::memory_order_acq_rel))
+    QPSOCK_LOG(error, "fd %d: this connection was upgraded by the parent process (pid %d) before "
+               "it forked; a child cannot use it yet: ECONNRESET", fd, static_cast<int>(getppid()));
+  return ECONNRESET;
 }
 
 bool Connection::close_stream() {

@@ -101,6 +101,16 @@ class Connection {
   // stream; true when the application left data unread (close resets then).
   bool close_stream();
 
+  // In a forked child, on its copy of a connection the parent had upgraded:
+  // the stream's queue pair, registrations and rings belong to the parent
+  // (over RDMA the child even shares the verbs context, so a post, a poll or
+  // a destructor here would act on the parent's connection), and another
+  // thread may have held its locks at the fork. The child lets the stream go
+  // without touching it (its memory stays allocated) and its calls on the
+  // connection fail with ECONNRESET; close and exec leave the parent's
+  // connection as it is. Idempotent; runs in the child before any other call.
+  void abandon_inherited_stream();
+  bool inherited_stream() const { return inherited_stream_.load(std::memory_order_acquire); }
   // The cork flusher's call (cork_flusher.h): announce what MSG_MORE corked.
   void flush_cork(int fd);
   // The doorbell watcher's call (doorbell_watcher.h): the TCP socket became
@@ -158,8 +168,14 @@ class Connection {
   // whichever thread tells them.
   void count_zero_copy(stats::Direction direction, uint64_t total);
 
+  // A call on a connection inherited from the process that upgraded it: logs
+  // one error line per connection and returns the errno to fail with.
+  int refuse_inherited_call(int fd);
+
   const config::Role role_;
   std::atomic<uint32_t> attached_fds_{0};
+  std::atomic<bool> inherited_stream_{false};
+  std::atomic<bool> inherited_call_logged_{false};
   std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
   std::atomic<stats::Handle> statistics_{0};
   std::atomic<uint64_t> zero_copy_counted_[2] = {};  // [stats::Direction]

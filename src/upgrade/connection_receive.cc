@@ -70,6 +70,7 @@ ssize_t failed(ssize_t negative_errno) {
 }  // namespace
 
 ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
+  if (inherited_stream()) return failed(-refuse_inherited_call(fd));
   if ((flags & MSG_TRUNC) != 0) return receive_discarding(fd, total_length(buffers), flags & ~MSG_TRUNC);
   stream::Blocking blocking = call_blocking(fd, flags, CallDirection::receive);
   // Once switched, the stream does MSG_WAITALL itself, with MSG_PEEK too (it

@@ -74,6 +74,10 @@ void raise_sigpipe() {
 }  // namespace
 
 ssize_t Connection::send(int fd, std::span<const iovec> data, int flags) {
+  if (inherited_stream()) {
+    errno = refuse_inherited_call(fd);
+    return -1;
+  }
   if (!sending_switched()) {
     if (peer_hello_awaited_.load(std::memory_order_acquire) && stream() != nullptr)
       look_for_peer_hello();

@@ -185,6 +185,12 @@ void connections_before_exec() {
   });
 }
 
+void connections_after_fork_in_child() {
+  if (!any_connections()) return;
+  ErrnoGuard errno_guard;
+  visit_connections([](int, Connection& connection) { connection.abandon_inherited_stream(); });
+}
+
 void attach_statistics(int fd, stats::Handle handle) {
   if (handle == 0 || !any_connections()) return;
   if (std::shared_ptr<Connection> connection = find_connection(fd))

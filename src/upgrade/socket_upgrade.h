@@ -38,11 +38,16 @@ void connection_copied(int source, int destination);
 // close(): the last fd of this process on an upgraded socket ends its stream
 // (and makes the kernel reset the connection if data was left unread).
 void connection_closing(int fd);
-// exec(3) is about to replace the process image. An upgraded connection whose
-// fd survives it cannot go on (its stream lives in this image's memory, and
-// moving it back to TCP is not built yet): it is reset, so that both ends see
-// an error instead of a silently broken stream.
+// exec(3) is about to replace the process image. An upgraded connection of
+// this process (not one inherited across fork) whose fd survives it cannot
+// go on (its stream lives in this image's memory, and moving it back to TCP
+// is not built yet): it is reset, so that both ends see an error instead of
+// a silently broken stream.
 void connections_before_exec();
+// In a forked child, first thing: the connections the parent had upgraded
+// stay the parent's (Connection::abandon_inherited_stream); the child's calls
+// on them fail, and its close or exec leaves them to the parent.
+void connections_after_fork_in_child();
 // fd's connection has statistics row `handle` (a no-op for a socket with no Connection).
 void attach_statistics(int fd, stats::Handle handle);
 

@@ -14,7 +14,7 @@
 #    gives 143).
 #  - a shell script (bash, talking over /dev/tcp) and `java -jar` run
 #    under the runner with the same output; the script's socket is renumbered
-#    by bash before its upgrade.
+#    by bash before its upgrade, and its children inherit it after.
 # usage: exec.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 parse_runners "$@"
@@ -123,7 +123,7 @@ shell_and_java_jar() {
   assert_equal "shell script over /dev/tcp ($runner)" 0 "$status"
   if [[ $runner == qpsock ]]; then
     if grep -q "fd 3: upgraded to shared memory" "$LOG_DIR/shell.$tag.log"; then
-      pass "shell script: its socket, renumbered to fd 3, was upgraded"
+      pass "shell script: its socket, renumbered to fd 3, was upgraded; a child exec'd mid-stream left it be"
     else
       fail "shell script: no upgrade of fd 3 in its log"
     fi

@@ -7,8 +7,10 @@
 # payload, both logs must say the connection was upgraded, and qpsock-stat,
 # asked while the connection is still open, must show it on path shm in both
 # processes with every byte counted. Then mixed pairs (qpsock with a plain
-# peer, both roles) must move the same bytes intact on TCP, with no stall, and
-# a pair whose client has set up an io_uring must stay on TCP. Last,
+# peer, both roles) must move the same bytes intact on TCP, with no stall; a
+# pair whose processes fork children mid-stream (the children inherit the
+# upgraded socket, one execs and one exits) must go on intact; and a pair
+# whose client has set up an io_uring must stay on TCP. Last,
 # SO_RCVBUF/SO_SNDBUF must bound an upgraded stream as they bound TCP.
 # usage: shm_upgrade.sh [BYTES]    (root: it makes a network namespace)
 set -Eeuo pipefail
@@ -117,6 +119,19 @@ done
 MIXED_BYTES=$((BYTES < 67108864 ? BYTES : 67108864))
 BYTES=$MIXED_BYTES run_pair qpsock-server-plain-client qpsock plain
 BYTES=$MIXED_BYTES run_pair plain-server-qpsock-client plain qpsock
+
+# Children forked mid-stream inherit the upgraded socket and leave it alone
+# (one execs, one exits): the parents' exchange goes on, every byte checked.
+BULK_EXCHANGE_CHILDREN=/bin/true BYTES=$MIXED_BYTES run_pair forking-children qpsock qpsock
+for side in server client; do
+  if grep -q "upgraded to shared memory" "$WORK/forking-children.$side.log" &&
+     grep -q "children with the socket inherited ended: /bin/true 0, exit(0) 0" "$WORK/forking-children.$side.log"; then
+    pass "forking-children $side: upgraded, and both children ended with status 0"
+  else
+    fail "forking-children $side: no upgrade or a child failed"
+    cat "$WORK/forking-children.$side.log" >&2
+  fi
+done
 
 # io_uring reads and writes sockets behind qpsock's back: a process that has
 # one keeps its connections on TCP, and says so.

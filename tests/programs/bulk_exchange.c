@@ -21,6 +21,11 @@
  *                            that a test can look at the open connection
  *   BULK_EXCHANGE_IO_URING=1 set up an io_uring first (qpsock must then keep
  *                            the connection on TCP)
+ *   BULK_EXCHANGE_CHILDREN=PROGRAM  once a quarter has arrived, while both
+ *                            directions run, fork two children that inherit
+ *                            the socket and never touch it: one execs PROGRAM,
+ *                            the other calls exit(0). Both must end with
+ *                            status 0, and the exchange must go on intact.
  *
  * A peer that dies shows up as a message naming the error or the end of
  * stream and exit status 1, never as a silent death: SIGPIPE is ignored (a
@@ -42,6 +47,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -165,6 +171,33 @@ static void hold_until_released(void) {
   wait_for_file("BULK_EXCHANGE_HOLD");
 }
 
+static int child_exit_status(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* BULK_EXCHANGE_CHILDREN: 0 if both children ended with status 0. */
+static int fork_children_mid_stream(const char* program, const struct direction* in) {
+  while (__atomic_load_n(&in->done, __ATOMIC_RELAXED) < in->bytes / 4 &&
+         !__atomic_load_n(&in->failed, __ATOMIC_RELAXED))
+    usleep(1000);
+  pid_t exec_child = fork();
+  if (exec_child == 0) {
+    execl(program, program, (char*)NULL);
+    _exit(126);
+  }
+  pid_t exit_child = fork();
+  if (exit_child == 0) exit(0);
+  if (exec_child < 0 || exit_child < 0) die("fork:");
+  int exec_status = child_exit_status(exec_child), exit_status = child_exit_status(exit_child);
+  fprintf(stderr, "bulk_exchange: children with the socket inherited ended: %s %d, exit(0) %d\n",
+          program, exec_status, exit_status);
+  return exec_status == 0 && exit_status == 0 ? 0 : 1;
+}
+
 static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive_seed) {
   struct direction out = {fd, bytes, send_seed, send_seed * 7 + 1, 0, 0};
   struct direction in = {fd, bytes, receive_seed, receive_seed * 13 + 5, 0, 0};
@@ -174,6 +207,8 @@ static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive
     fprintf(stderr, "bulk_exchange: pthread_create failed\n");
     return 1;
   }
+  const char* children = getenv("BULK_EXCHANGE_CHILDREN");
+  const int children_failed = children != NULL && fork_children_mid_stream(children, &in) != 0;
   pthread_join(writer, NULL);
   pthread_join(reader, NULL);
   if (!out.failed && !in.failed) hold_until_released();
@@ -181,7 +216,7 @@ static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive
   close(fd);
   fprintf(stderr, "bulk_exchange: sent %llu, received and verified %llu bytes\n",
           (unsigned long long)out.done, (unsigned long long)in.done);
-  return out.failed || in.failed || in.done != bytes;
+  return out.failed || in.failed || in.done != bytes || children_failed;
 }
 
 /* The IPv4 address in environment variable NAME (with PORT), or loopback. */

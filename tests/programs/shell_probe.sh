@@ -4,6 +4,11 @@
 # bash's own /dev/tcp (bash's socket/connect/read/write), one line at a time,
 # printing each reply; then runs EXEC_PROBE report as a child (its qpsock=...
 # line shows whether qpsock reached a program the script starts).
+#
+# bash leaves fd 3 open in every child it forks, so the children of the
+# loop (the command substitutions, and EXEC_PROBE run mid-stream) inherit
+# the socket after its upgrade without touching it: the script's own
+# connection must go on, every line echoed.
 set -euo pipefail
 port=$1
 probe=$2
@@ -19,6 +24,8 @@ for index in $(seq 1 200); do
     exit 1
   fi
   printf 'echoed %s\n' "$reply"
+  # A program forked and exec'd with the upgraded socket inherited.
+  if (( index == 100 )); then "$probe" exit 0; fi
 done
 exec 3>&-
 "$probe" report

@@ -18,7 +18,8 @@
 # proved carried by Soft-RoCE by the counters; a qpsock client with a plain
 # server and the reverse (bytes intact, no wait); RLIMIT_MEMLOCK too low
 # (logged fallback); iperf3 -P 4 over RDMA; socat forking a child per
-# connection; a writer's shutdown(SHUT_WR) whose FIN overtakes its last
+# connection; children forked mid-stream that exec or exit with the upgraded
+# socket inherited; a writer's shutdown(SHUT_WR) whose FIN overtakes its last
 # RDMA writes; a writer killed mid-stream (EOF, as over TCP, also in the
 # middle of a rendezvous); curl --interface (IP_BIND_ADDRESS_NO_PORT) against
 # python's http.server; Java's blocking and NIO echo servers with 16 clients.
@@ -382,7 +383,8 @@ if command -v socat >/dev/null; then
     # A bash script over /dev/tcp (bash cannot bind a source address, so both
     # ends are 10.77.0.1 and rxe0 loops to itself), with fd 3 already open:
     # bash connects on fd 4, dup2s it to 3 and closes 4, so the upgrade must
-    # find the socket under its new number.
+    # find the socket under its new number. Its children inherit the upgraded
+    # socket (command substitutions, a program run mid-stream) and leave it be.
     read -ra cprefix <<<"$(qpsock_prefix "$LOG/shell.client.qplog")"
     shell_sent=$(counter /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts)
     shell_status=0
@@ -392,7 +394,7 @@ if command -v socat >/dev/null; then
     echoed=$(grep -c '^echoed line' "$LOG/shell.out")
     if ((shell_status == 0 && echoed == 200)) && grep -q '^qpsock=loaded$' "$LOG/shell.out" &&
        grep -q "fd 3: upgraded to RDMA" "$LOG/shell.client.qplog" && ((shell_sent >= 200)); then
-        pass "bash over /dev/tcp, renumbered to fd 3: 200 lines echoed over RDMA (rxe0 sent $shell_sent packets)"
+        pass "bash over /dev/tcp, renumbered to fd 3: 200 lines echoed over RDMA (rxe0 sent $shell_sent packets), a child exec'd mid-stream"
     else
         fail "bash over /dev/tcp: status $shell_status, $echoed lines echoed, rxe0 sent $shell_sent packets"
         show "$LOG/shell.err" "$LOG/shell.client.qplog"
@@ -407,6 +409,24 @@ if command -v socat >/dev/null; then
     fi
 else
     echo "SKIP: socat is not installed"
+fi
+
+# --- 5b. children forked mid-stream, the upgraded socket inherited ---------
+# Both processes fork two children while their threads move data over the
+# queue pair: one execs /bin/true, one calls exit(0). A child shares the
+# verbs context, so anything it did to the connection (a post, a poll, a
+# destroy, the reset before exec) would be done to the parent's: it lets it
+# be, and the parents' exchange goes on, every byte checked.
+BULK_EXCHANGE_CHILDREN=/bin/true run_pair forking-children "$SMALL" qpsock qpsock after "upgraded to RDMA"
+children_ok=1
+for end in server client; do
+    grep -q "ended: /bin/true 0, exit(0) 0" "$LOG/forking-children.$end.out" || { children_ok=0; echo "  forking-children: the $end's children did not both end with 0"; }
+    [[ $(upgraded_in "$LOG/forking-children.$end.qplog") == 1 ]] || { children_ok=0; echo "  forking-children: the $end did not upgrade"; }
+done
+if ((PAIR_OK && children_ok)); then
+    pass "children forked mid-stream (exec and exit) left both parents' RDMA connection intact"
+else
+    fail "children forked mid-stream"; show "$LOG"/forking-children.*
 fi
 
 # --- 6. shutdown(SHUT_WR) after a stream: every byte, then EOF --------------
