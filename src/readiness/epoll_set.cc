@@ -52,7 +52,8 @@ int milliseconds_left(const std::optional<Clock::time_point>& deadline) {
 }  // namespace
 
 EpollSet::~EpollSet() {
-  for (const auto& [stream, users] : stream_users_) stream->remove_readiness_signal(signal_.get());
+  for (const auto& [stream, use] : stream_users_)
+    if (!use.connection->inherited_stream()) stream->remove_readiness_signal(signal_.get());
 }
 
 EpollSet::Watch* EpollSet::find_locked(int fd) {
@@ -147,11 +148,11 @@ void EpollSet::fd_closing(int fd) {
     watch->fd = -1;
     return;
   }
-  erase_locked(*watch);
+  erase_locked(*watch, true);
 }
 
-void EpollSet::erase_locked(Watch& watch) {
-  if (watch.converted) unconvert_locked(watch);
+void EpollSet::erase_locked(Watch& watch, bool closing) {
+  if (watch.converted) unconvert_locked(watch, closing);
   if (watch.nested != nullptr) --nested_;
   if (watch.connection != nullptr && !watch.converted) --pending_;
   for (auto it = watches_.begin(); it != watches_.end(); ++it) {
@@ -182,7 +183,9 @@ bool EpollSet::convert_locked(Watch& watch) {
   stream::Stream* stream = watch.connection->stream();
   if (stream == nullptr || watch.fd < 0) return false;
   if (ensure_signal_locked() < 0) return false;
-  uint32_t& users = stream_users_[stream];
+  StreamUse& use = stream_users_[stream];
+  uint32_t& users = use.users;
+  use.connection = watch.connection.get();
   if (users == 0) {
     if (kernel_control(epoll_fd_, EPOLL_CTL_ADD, stream->transport_wait_handle(), EPOLLIN | EPOLLET,
                        cookie(CookieKind::wait_handle, watch.id)) < 0 &&
@@ -209,13 +212,18 @@ bool EpollSet::convert_locked(Watch& watch) {
   return true;
 }
 
-void EpollSet::unconvert_locked(Watch& watch) {
-  if (watch.fd >= 0) next::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, watch.fd, nullptr);
-  auto users = stream_users_.find(watch.stream);
-  if (users != stream_users_.end() && --users->second == 0) {
-    next::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, watch.stream->transport_wait_handle(), nullptr);
-    watch.stream->remove_readiness_signal(signal_.get());
-    stream_users_.erase(users);
+void EpollSet::unconvert_locked(Watch& watch, bool closing) {
+  const bool parents = inherited(watch);
+  // A forked child's close leaves the parent's registration in the shared
+  // kernel set, as the kernel does; its explicit EPOLL_CTL_DEL removes it.
+  if (watch.fd >= 0 && !(parents && closing)) next::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, watch.fd, nullptr);
+  auto use = stream_users_.find(watch.stream);
+  if (use != stream_users_.end() && --use->second.users == 0) {
+    if (!parents) {
+      next::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, watch.stream->transport_wait_handle(), nullptr);
+      watch.stream->remove_readiness_signal(signal_.get());
+    }
+    stream_users_.erase(use);
   }
   watch.converted = false;
   watch.stream = nullptr;
@@ -266,6 +274,8 @@ uint32_t EpollSet::current_events_locked(Watch& watch, stream::Stream::Progress 
     return 0;
   }
   upgrade::Connection& connection = *watch.connection;
+  // The parent's stream: unusable here (every call fails with ECONNRESET).
+  if (inherited(watch)) return EPOLLERR | EPOLLHUP;
   if (watch.control_revents != 0 && connection.receiving_switched())
     watch.stream->on_control_event(watch.control_revents);
   watch.control_revents = 0;
@@ -291,7 +301,7 @@ int EpollSet::collect_locked(epoll_event* events, int capacity, uint64_t round,
     const uint32_t report = current_events_locked(watch, progress) & wanted;
     if ((watch.events & EPOLLET) != 0) {
       // An edge: new readiness, or the stream moved since the last report.
-      const uint64_t activity = watch.stream != nullptr ? watch.stream->activity() : 0;
+      const uint64_t activity = watch.stream != nullptr && !inherited(watch) ? watch.stream->activity() : 0;
       const bool fresh = (report & ~watch.reported_events) != 0 ||
                          activity != watch.reported_activity || kernel_spoke;
       watch.reported_events = report;
@@ -310,9 +320,10 @@ int EpollSet::collect_locked(epoll_event* events, int capacity, uint64_t round,
 
 void EpollSet::arm_locked() {
   if (signal_ != nullptr) signal_->add_sleeper();
-  for (const auto& [stream, users] : stream_users_) {
-    // A broken stream changes no more: it has nothing to arm.
-    if (!stream->broken()) stream->arm_for_readiness();
+  for (const auto& [stream, use] : stream_users_) {
+    // A broken stream changes no more: it has nothing to arm; the parent's
+    // (in a forked child) is not ours to arm.
+    if (!use.connection->inherited_stream() && !stream->broken()) stream->arm_for_readiness();
   }
   for (const auto& watch : watches_)
     if (watch->nested != nullptr) watch->nested->prepare_outer_sleep();

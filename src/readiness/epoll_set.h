@@ -93,11 +93,19 @@ class EpollSet {
   };
 
   Watch* find_locked(int fd);
-  void erase_locked(Watch& watch);
+  // `closing`: the application closed the fd, which leaves the kernel's
+  // registration to the socket's other fds (and to a parent process).
+  void erase_locked(Watch& watch, bool closing = false);
   // Converts the watches whose stream has been installed since we looked.
   void convert_upgraded_locked();
   bool convert_locked(Watch& watch);
-  void unconvert_locked(Watch& watch);
+  void unconvert_locked(Watch& watch, bool closing);
+  // In a forked child, a watch converted by the parent: its stream is the
+  // parent's (upgrade::Connection::abandon_inherited_stream), and nothing here
+  // may call into it or take its registrations out of the shared kernel set.
+  static bool inherited(const Watch& watch) {
+    return watch.converted && watch.connection != nullptr && watch.connection->inherited_stream();
+  }
   // The application's events of a converted or nested watch, now.
   // After arm_locked, `progress` must be none (see Stream::readiness).
   uint32_t current_events_locked(Watch& watch, stream::Stream::Progress progress);
@@ -126,7 +134,11 @@ class EpollSet {
   size_t nested_ = 0;
   // Each stream's wait handle is in the kernel set once, however many of its
   // fds are watched.
-  std::unordered_map<stream::Stream*, uint32_t> stream_users_;
+  struct StreamUse {
+    uint32_t users = 0;
+    const upgrade::Connection* connection = nullptr;
+  };
+  std::unordered_map<stream::Stream*, StreamUse> stream_users_;
   std::shared_ptr<stream::ReadinessSignal> signal_;
   bool signal_registered_ = false;
 };

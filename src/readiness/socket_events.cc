@@ -6,7 +6,9 @@ namespace qpsock::readiness {
 
 short upgraded_socket_events(upgrade::Connection& connection, short kernel,
                              stream::Stream::Progress progress) {
-  const short stream_events = connection.stream()->readiness(progress);
+  stream::Stream* stream = connection.stream();
+  if (stream == nullptr) return kernel;  // a forked child's copy of its parent's connection
+  const short stream_events = stream->readiness(progress);
   constexpr short read_bits = POLLIN | POLLRDNORM | POLLRDHUP;
   constexpr short write_bits = POLLOUT | POLLWRNORM;
   constexpr short failure_bits = POLLHUP | POLLERR;

@@ -271,7 +271,9 @@ int Connection::shutdown(int fd, int how) {
 }
 
 void Connection::abandon_inherited_stream() {
-  if (stream() == nullptr) return;
+  // stream_, not stream(): the fork may have come between the two stores of
+  // install() (the child is single-threaded: nothing moves under us).
+  if (stream_ == nullptr) return;
   inherited_stream_.store(true, std::memory_order_release);
   stream_installed_.store(nullptr, std::memory_order_release);
   // Deliberately never destroyed in this process (see the header).

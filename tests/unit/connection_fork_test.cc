@@ -3,6 +3,7 @@
 // parent's (docs/upgrade-protocol.md, "fork").
 #include <gtest/gtest.h>
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <memory>
 
+#include "readiness/epoll_set.h"
 #include "stream/loopback_stream_pair.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/socket_upgrade.h"
@@ -69,6 +71,68 @@ TEST(ConnectionAfterFork, AChildsCallsOnItsParentsUpgradedConnectionFailWithConn
   EXPECT_FALSE(connection->inherited_stream());
   EXPECT_EQ(send(sockets[0], "y", 1, MSG_DONTWAIT | MSG_NOSIGNAL), 1) << "the child shut the socket down";
   detach_connection(sockets[0]);
+  close(sockets[0]);
+  close(sockets[1]);
+}
+
+// What the child's epoll set found wrong, one bit each.
+enum EpollFinding : int {
+  kNotReportedUnusable = 1,
+  kRegistrationGoneAfterClose = 2,
+};
+
+bool kernel_set_holds(int epoll_fd, int fd) {
+  epoll_event event{};
+  event.events = EPOLLIN;
+  return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event) != 0 && errno == EEXIST;
+}
+
+int epoll_in_forked_child(readiness::EpollSet& set, int epoll_fd, int fd) {
+  connections_after_fork_in_child();
+  int findings = 0;
+  epoll_event events[4];
+  const timespec now{0, 0};
+  const int count = set.wait(events, 4, &now, nullptr);
+  if (count != 1 || (events[0].events & (EPOLLERR | EPOLLHUP)) != (EPOLLERR | EPOLLHUP))
+    findings |= kNotReportedUnusable;
+  // The child closes its copy: the kernel keeps the parent's registration.
+  detach_connection(fd);
+  set.fd_closing(fd);
+  if (!kernel_set_holds(epoll_fd, fd)) findings |= kRegistrationGoneAfterClose;
+  return findings;
+}
+
+TEST(ConnectionAfterFork, AChildsEpollSetNeitherTouchesNorDropsItsParentsUpgradedConnection) {
+  stream::LoopbackStreamPair pair;
+  ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
+  int sockets[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+  auto connection = std::make_shared<Connection>(config::Role::server);
+  connection->install(std::move(pair.first), BindingToken{}, sockets[0], stats::Path::shm);
+  attach_connection(sockets[0], connection);
+  const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(epoll_fd, 0);
+  {
+    readiness::EpollSet set(epoll_fd);
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = 7;
+    ASSERT_EQ(set.add(sockets[0], event, connection, nullptr), 0);
+
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) _exit(epoll_in_forked_child(set, epoll_fd, sockets[0]));
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "findings (bits): 1 not reported unusable, "
+                                         "2 the close took the parent's registration out";
+    EXPECT_TRUE(kernel_set_holds(epoll_fd, sockets[0]));
+    int result = 0;
+    EXPECT_TRUE(set.remove(sockets[0], result));
+  }
+  detach_connection(sockets[0]);
+  close(epoll_fd);
   close(sockets[0]);
   close(sockets[1]);
 }
