@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/errno_guard.h"
+#include "upgrade/inherited_streams.h"
 
 extern char** environ;
 
@@ -65,6 +66,13 @@ bool has_variable(char* const* envp, const char* assignment) {
   return false;
 }
 
+// QPSOCK_INHERITED_STREAMS is not a setting: it names this process's own
+// inherited sockets, and each exec names them anew.
+bool is_inherited_streams(const char* assignment) {
+  const size_t length = sizeof(upgrade::kInheritedStreamsName) - 1;
+  return strncmp(assignment, upgrade::kInheritedStreamsName, length) == 0 && assignment[length] == '=';
+}
+
 const char* find_preload(char* const* envp) {
   for (char* const* entry = envp; entry != nullptr && *entry != nullptr; ++entry) {
     if (strncmp(*entry, kPreloadPrefix, kPreloadPrefixLength) == 0) return *entry;
@@ -82,7 +90,7 @@ void capture_inherited_environment() {
   }
   size_t used = 0;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    if (strncmp(*entry, "QPSOCK_", 7) != 0) continue;
+    if (strncmp(*entry, "QPSOCK_", 7) != 0 || is_inherited_streams(*entry)) continue;
     size_t length = strlen(*entry) + 1;
     if (settings_count == kMaximumSettings || used + length > kSettingsCapacity) break;
     settings[settings_count++] = static_cast<char*>(memcpy(settings_storage + used, *entry, length));
@@ -90,7 +98,8 @@ void capture_inherited_environment() {
   }
 }
 
-InheritedEnvironment::InheritedEnvironment(char* const* envp) : environment_(envp) {
+InheritedEnvironment::InheritedEnvironment(char* const* envp, const char* inherited_streams)
+    : environment_(envp) {
   ErrnoGuard errno_guard;
   const char* preload = find_preload(envp);
   bool add_library = library_path[0] != '\0' &&
@@ -99,11 +108,14 @@ InheritedEnvironment::InheritedEnvironment(char* const* envp) : environment_(env
   for (size_t index = 0; index < settings_count; ++index) {
     if (!has_variable(envp, settings[index])) ++missing_settings;
   }
-  if (!add_library && missing_settings == 0) return;
+  bool stale_streams = false;
+  for (char* const* entry = envp; entry != nullptr && *entry != nullptr; ++entry)
+    stale_streams = stale_streams || is_inherited_streams(*entry);
+  if (!add_library && missing_settings == 0 && !stale_streams && inherited_streams == nullptr) return;
 
   size_t count = 0;
   while (envp != nullptr && envp[count] != nullptr) ++count;
-  size_t pointer_bytes = (count + missing_settings + 2) * sizeof(char*);
+  size_t pointer_bytes = (count + missing_settings + 3) * sizeof(char*);
   size_t preload_bytes = kPreloadPrefixLength + strlen(library_path) + 1 +
                          (preload != nullptr ? strlen(preload) : 0) + 1;
   mapping_size_ = pointer_bytes + preload_bytes;
@@ -130,11 +142,13 @@ InheritedEnvironment::InheritedEnvironment(char* const* envp) : environment_(env
   }
   for (size_t index = 0; index < count; ++index) {
     if (add_library && envp[index] == preload) continue;
+    if (is_inherited_streams(envp[index])) continue;
     copy[out++] = envp[index];
   }
   for (size_t index = 0; index < settings_count; ++index) {
     if (!has_variable(envp, settings[index])) copy[out++] = settings[index];
   }
+  if (inherited_streams != nullptr) copy[out++] = const_cast<char*>(inherited_streams);
   copy[out] = nullptr;
   environment_ = copy;
 }

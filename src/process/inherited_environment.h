@@ -14,9 +14,14 @@ void capture_inherited_environment();
 // The environment to pass to exec: `envp` itself when it already carries what
 // must be inherited, else a copy that adds it. Uses only mmap (async-signal-safe),
 // because it runs in a forked child of a multi-threaded program.
+//
+// `inherited_streams` (upgrade/inherited_streams.h: the sockets whose streams
+// belong to another process, an assignment, or null) replaces whatever
+// QPSOCK_INHERITED_STREAMS `envp` has: the new program learns exactly the
+// sockets it inherits now.
 class InheritedEnvironment {
  public:
-  explicit InheritedEnvironment(char* const* envp);
+  explicit InheritedEnvironment(char* const* envp, const char* inherited_streams = nullptr);
   ~InheritedEnvironment();
   InheritedEnvironment(const InheritedEnvironment&) = delete;
   InheritedEnvironment& operator=(const InheritedEnvironment&) = delete;

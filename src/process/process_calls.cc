@@ -8,6 +8,7 @@
 #include "common/errno_guard.h"
 #include "libc/next_symbols.h"
 #include "process/inherited_environment.h"
+#include "upgrade/forked_children.h"
 #include "upgrade/socket_upgrade.h"
 #include "stats/connection_stats.h"
 
@@ -18,15 +19,18 @@ namespace qpsock::process {
 void on_library_load() {
   libc::resolve_all_next_symbols();
   capture_inherited_environment();
+  upgrade::adopt_inherited_streams();
 }
 
 pid_t fork() {
   // The statistics rows of inherited connections must survive until the
   // child has joined them (src/stats/registry.h).
   stats::before_fork();
+  upgrade::fork_starting();
   pid_t result = next::fork();
   ErrnoGuard errno_guard;
   if (result == 0) upgrade::connections_after_fork_in_child();
+  upgrade::fork_finished(result);
   stats::after_fork(result);
   return result;
 }
@@ -34,9 +38,10 @@ pid_t fork() {
 pid_t vfork() { return process::fork(); }
 
 int execve(const char* path, char* const argv[], char* const envp[]) {
-  InheritedEnvironment environment(envp);
+  upgrade::InheritedStreamsMarker inherited;
   // An exec that is bound to fail leaves the process, and its connections, as they were.
-  if (path != nullptr && access(path, X_OK) == 0) upgrade::connections_before_exec();
+  if (path != nullptr && access(path, X_OK) == 0) upgrade::connections_before_exec(inherited);
+  InheritedEnvironment environment(envp, inherited.assignment());
   stats::before_exec();
   return next::execve(path, argv, environment.get());
 }
@@ -48,15 +53,17 @@ int execvp(const char* file, char* const argv[]) {
 }
 
 int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  InheritedEnvironment environment(envp);
-  upgrade::connections_before_exec();
+  upgrade::InheritedStreamsMarker inherited;
+  upgrade::connections_before_exec(inherited);
+  InheritedEnvironment environment(envp, inherited.assignment());
   stats::before_exec();
   return next::execvpe(file, argv, environment.get());
 }
 
 int fexecve(int fd, char* const argv[], char* const envp[]) {
-  InheritedEnvironment environment(envp);
-  upgrade::connections_before_exec();
+  upgrade::InheritedStreamsMarker inherited;
+  upgrade::connections_before_exec(inherited);
+  InheritedEnvironment environment(envp, inherited.assignment());
   stats::before_exec();
   return next::fexecve(fd, argv, environment.get());
 }

@@ -273,17 +273,21 @@ int Connection::shutdown(int fd, int how) {
 void Connection::abandon_inherited_stream() {
   // stream_, not stream(): the fork may have come between the two stores of
   // install() (the child is single-threaded: nothing moves under us).
-  if (stream_ == nullptr) return;
-  inherited_stream_.store(true, std::memory_order_release);
+  if (stream_ != nullptr) {
+    // Deliberately never destroyed in this process (see the header).
+    static_cast<void>(stream_.release());
+  } else if (phase() != UpgradePhase::negotiating) {
+    return;  // on TCP, or to be upgraded by whichever process makes the first I/O
+  }
   stream_installed_.store(nullptr, std::memory_order_release);
-  // Deliberately never destroyed in this process (see the header).
-  static_cast<void>(stream_.release());
+  mark_inherited_stream();
 }
 
 int Connection::refuse_inherited_call(int fd) {
   if (!inherited_call_logged_.exchange(true, std::memory_order_acq_rel))
-    QPSOCK_LOG(error, "fd %d: this connection was upgraded by the parent process (pid %d) before "
-               "it forked; a child cannot use it yet: ECONNRESET", fd, static_cast<int>(getppid()));
+    QPSOCK_LOG(error, "fd %d: this connection's stream belongs to the process that upgraded it "
+               "before forking this one (or its parent, pid %d); it cannot be used here yet: "
+               "ECONNRESET", fd, static_cast<int>(getppid()));
   return ECONNRESET;
 }
 

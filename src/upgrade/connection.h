@@ -108,8 +108,13 @@ class Connection {
   // thread may have held its locks at the fork. The child lets the stream go
   // without touching it (its memory stays allocated) and its calls on the
   // connection fail with ECONNRESET; close and exec leave the parent's
-  // connection as it is. Idempotent; runs in the child before any other call.
+  // connection as it is. The same for an upgrade under way at the fork (a
+  // thread of the parent's finishes it). Idempotent; runs in the child
+  // before any other call.
   void abandon_inherited_stream();
+  // A socket a new program inherited across exec from such a child
+  // (upgrade/inherited_streams.h): refused alike, and it has no stream here.
+  void mark_inherited_stream() { inherited_stream_.store(true, std::memory_order_release); }
   bool inherited_stream() const { return inherited_stream_.load(std::memory_order_acquire); }
   // The cork flusher's call (cork_flusher.h): announce what MSG_MORE corked.
   void flush_cork(int fd);

@@ -163,7 +163,7 @@ int attached_fd(const Connection* connection, int preferred) {
 
 bool connection_in_use(const Connection* connection) { return connection->attached_fds() > 0; }
 
-void visit_connections(void (*visit)(int fd, Connection& connection)) {
+void visit_connections(stream::FunctionRef<void(int fd, Connection& connection)> visit) {
   Registry& entries = registry();
   if (entries.count.load(std::memory_order_acquire) == 0) return;
   const int highest = entries.highest_fd.load(std::memory_order_acquire);

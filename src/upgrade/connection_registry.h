@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "stream/function_ref.h"
 #include "upgrade/connection.h"
 
 namespace qpsock::upgrade {
@@ -31,6 +32,6 @@ int attached_fd(const Connection* connection, int preferred);
 bool connection_in_use(const Connection* connection);
 // Calls visit(fd, connection) for every fd that has a Connection (exec, which
 // resets inherited upgraded sockets). visit must not touch the registry.
-void visit_connections(void (*visit)(int fd, Connection& connection));
+void visit_connections(stream::FunctionRef<void(int fd, Connection& connection)> visit);
 
 }  // namespace qpsock::upgrade

@@ -165,14 +165,20 @@ std::shared_ptr<Connection> connection_for_io(int fd) {
   return connection;
 }
 
-void connections_before_exec() {
+void connections_before_exec(InheritedStreamsMarker& inherited) {
   ErrnoGuard errno_guard;
   if (!any_connections()) return;
-  visit_connections([](int fd, Connection& connection) {
+  visit_connections([&inherited](int fd, Connection& connection) {
     stream::Stream* stream = connection.stream();
-    if (stream == nullptr) return;
+    if (stream == nullptr && !connection.inherited_stream()) return;
     const int descriptor_flags = next::fcntl(fd, F_GETFD, 0);
     if (descriptor_flags < 0 || (descriptor_flags & FD_CLOEXEC) != 0) return;
+    if (connection.inherited_stream()) {
+      // Another process's stream: the new program is told, and refuses it too.
+      uint64_t inode = 0;
+      if (socket_inode_of_fd(fd, inode) == 0) inherited.add(inode);
+      return;
+    }
     QPSOCK_LOG(error, "fd %d: an upgraded connection cannot be inherited across exec yet; "
                "resetting it", fd);
     stream->abort();

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "upgrade/connection.h"
+#include "upgrade/inherited_streams.h"
 
 namespace qpsock::upgrade {
 
@@ -42,8 +43,10 @@ void connection_closing(int fd);
 // this process (not one inherited across fork) whose fd survives it cannot
 // go on (its stream lives in this image's memory, and moving it back to TCP
 // is not built yet): it is reset, so that both ends see an error instead of
-// a silently broken stream.
-void connections_before_exec();
+// a silently broken stream. A connection whose stream is another process's
+// (inherited across fork) is left alone, and named in `inherited` for the
+// new program when its fd survives.
+void connections_before_exec(InheritedStreamsMarker& inherited);
 // In a forked child, first thing: the connections the parent had upgraded
 // stay the parent's (Connection::abandon_inherited_stream); the child's calls
 // on them fail, and its close or exec leaves them to the parent.

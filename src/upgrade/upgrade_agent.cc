@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
+#include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
 #include "upgrade/socket_identity.h"
 #include "upgrade/verbs_upgrade.h"
@@ -145,6 +146,18 @@ void UpgradeAgent::run() {
   }
 }
 
+// A child forked since the connect holds the socket: it may read or write it
+// over TCP, and an upgrade would move the peer's bytes where it cannot see
+// them. The child's copy is never upgraded (it has no agent), so the
+// connection stays on TCP for both.
+bool declined_for_a_forked_child(Connection& connection, const Offer& offer) {
+  if (!forked_child_keeps_socket(offer.tcp_socket_inode)) return false;
+  QPSOCK_LOG(info, "fd %d: a child process forked since the connect holds the socket; the "
+             "connection stays on TCP", offer.tcp_fd);
+  connection.decline("a forked child holds the socket");
+  return true;
+}
+
 // One server came on this host: answer it, then the listeners are done either way.
 void UpgradeAgent::answer_same_host(Offer offer) {
   const int side_fd = next::accept4(offer.listeners.same_host_fd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -153,6 +166,10 @@ void UpgradeAgent::answer_same_host(Offer offer) {
   if (side_fd < 0 || connection == nullptr || !connection->begin_negotiation()) {
     if (side_fd >= 0) next::close(side_fd);
     if (connection) connection->decline("the side channel failed");
+    return;
+  }
+  if (declined_for_a_forked_child(*connection, offer)) {
+    next::close(side_fd);
     return;
   }
   // The application may have renumbered the socket, or closed it and reused the number.
@@ -175,6 +192,8 @@ void UpgradeAgent::answer_rdma(Offer offer) {
   close_listeners(offer.listeners);
   std::shared_ptr<Connection> connection = offer.connection.lock();
   if (connection == nullptr || !connection->begin_negotiation()) return;
+  // Declined before the accept: the server's connect is rejected, and it stays on TCP.
+  if (declined_for_a_forked_child(*connection, offer)) return;
   if (accept_verbs_upgrade(*listener, *connection, offer.tcp_fd, offer.tcp_socket_inode,
                            offer.deadline) < 0)
     connection->decline("the RDMA upgrade failed");

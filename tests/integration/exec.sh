@@ -14,7 +14,9 @@
 #    gives 143).
 #  - a shell script (bash, talking over /dev/tcp) and `java -jar` run
 #    under the runner with the same output; the script's socket is renumbered
-#    by bash before its upgrade, and its children inherit it after.
+#    by bash before its upgrade, and its children inherit it after; a script
+#    whose background child reads the socket it connected keeps it on TCP,
+#    and a program handed the socket after its upgrade fails with ECONNRESET.
 # usage: exec.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 parse_runners "$@"
@@ -24,8 +26,10 @@ for program in exec_probe fd_echo echo_client fork_echo_server; do require_progr
   die "the Java test programs are not built (QPSOCK_JAVA_JAR='$QPSOCK_JAVA_JAR'): install a JDK 17 (javac) and re-run cmake"
 
 PROBE=$QPSOCK_PROGRAMS_DIR/exec_probe
-cp "$QPSOCK_SOURCE_DIR/tests/programs/shell_probe.sh" "$TEST_TMP/shell_probe.sh"
-chmod +x "$TEST_TMP/shell_probe.sh"
+for script in shell_probe.sh shell_reader_child.sh shell_child_after_upgrade.sh; do
+  cp "$QPSOCK_SOURCE_DIR/tests/programs/$script" "$TEST_TMP/$script"
+  chmod +x "$TEST_TMP/$script"
+done
 JAVA_OPTIONS=(-XX:+UseSerialGC -Xmx128m -XX:TieredStopAtLevel=1 -Xshare:auto)
 declare -A REFERENCE=()
 
@@ -114,7 +118,9 @@ exit_statuses() {
 shell_and_java_jar() {
   local runner=$1 tag port status=0 output
   tag=$(runner_tag "$runner")
-  start_server "$runner" "echo-server.$tag" "$QPSOCK_PROGRAMS_DIR/fork_echo_server" -n 5 @PORT@ || return 0
+  # -w: each child's first read (where qpsock's upgrade starts) waits for the
+  # client's first bytes, so a script's forks before them come first.
+  start_server "$runner" "echo-server.$tag" "$QPSOCK_PROGRAMS_DIR/fork_echo_server" -w -n 7 @PORT@ || return 0
   port=$SERVER_PORT
   output=$TEST_TMP/shell.$tag
   # fd 3 taken: bash connects on another number, then dup2s it to 3.
@@ -122,15 +128,48 @@ shell_and_java_jar() {
     3</dev/null >"$output" 2>"$LOG_DIR/shell.$tag.log" || status=$?
   assert_equal "shell script over /dev/tcp ($runner)" 0 "$status"
   if [[ $runner == qpsock ]]; then
-    if grep -q "fd 3: upgraded to shared memory" "$LOG_DIR/shell.$tag.log"; then
+    if grep -q "upgraded to shared memory" "$LOG_DIR/shell.$tag.log"; then
       pass "shell script: its socket, renumbered to fd 3, was upgraded; a child exec'd mid-stream left it be"
     else
-      fail "shell script: no upgrade of fd 3 in its log"
+      fail "shell script: no upgrade in its log"
     fi
   fi
   expect_state "exec_probe started by the shell script" "$runner" "$output" "$status"
   grep -v '^qpsock=' "$output" >"$output.transcript" || true
   compare_with_reference shell "shell script transcript ($runner)" "$output.transcript"
+
+  # The script's reading done by a child it forked right after connecting.
+  output=$TEST_TMP/shell-reader.$tag
+  status=0
+  QPSOCK_LOG_LEVEL=info run_under "$runner" 30 "$TEST_TMP/shell_reader_child.sh" "$port" \
+    >"$output" 2>"$LOG_DIR/shell-reader.$tag.log" || status=$?
+  assert_equal "shell script whose child reads the socket ($runner)" 0 "$status"
+  compare_with_reference shell-reader "echo read by the script's child ($runner)" "$output"
+  if [[ $runner == qpsock ]]; then
+    if grep -q "a child process forked since the connect holds the socket" "$LOG_DIR/shell-reader.$tag.log"; then
+      pass "shell script whose child reads the socket: kept on TCP, and the log says why"
+    else
+      fail "shell script whose child reads the socket: no line saying why it stayed on TCP"
+    fi
+  fi
+
+  # The socket handed to a program started after the upgrade: it works
+  # without qpsock; under it the program fails at once, and the log says why.
+  output=$TEST_TMP/shell-after.$tag
+  status=0
+  run_under "$runner" 30 "$TEST_TMP/shell_child_after_upgrade.sh" "$port" \
+    >"$output" 2>"$LOG_DIR/shell-after.$tag.expected-errors.log" || status=$?
+  assert_equal "shell script that hands its socket to head ($runner)" 0 "$status"
+  if [[ $runner == qpsock ]]; then
+    if grep -q '^head exit 1$' "$output" &&
+       grep -q "it cannot be used here yet: ECONNRESET" "$LOG_DIR/shell-after.$tag.expected-errors.log"; then
+      pass "head given an upgraded socket failed at once with ECONNRESET, and the log says why"
+    else
+      fail "head given an upgraded socket: $(cat "$output"), no ECONNRESET line"
+    fi
+  else
+    assert_equal "head given the socket ($runner)" "head exit 0" "$(cat "$output")"
+  fi
 
   output=$TEST_TMP/java-jar.$tag
   status=0

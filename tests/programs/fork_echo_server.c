@@ -5,13 +5,17 @@
  * accept from the one listener and echo each connection they take, as
  * Apache's prefork and many Python servers do; the parent only counts.
  *
- * usage: fork_echo_server [-6] [-n CONNECTIONS] [-p WORKERS] PORT
+ * usage: fork_echo_server [-6] [-w] [-n CONNECTIONS] [-p WORKERS] PORT
  *   -6  listen on ::1 instead of 127.0.0.1
+ *   -w  wait with poll(2) until the first bytes have come before the first
+ *       read, as an event loop does (qpsock's upgrade then starts once the
+ *       client has written, not as soon as the connection is accepted)
  *   -n  exit after CONNECTIONS connections have been served; the exit status
  *       is 0 only if every child succeeded. Without -n it serves until killed.
  *   -p  prefork WORKERS accepting children
  */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -19,10 +23,16 @@
 
 static int child_failures = 0;
 static long children_running = 0;
+static int wait_before_reading = 0;
 
 static int echo(int fd) {
   static unsigned char buffer[1 << 16];
   unsigned long long total = 0;
+  if (wait_before_reading) {
+    struct pollfd entry = {fd, POLLIN, 0};
+    while (poll(&entry, 1, -1) < 0 && errno == EINTR) {
+    }
+  }
   for (;;) {
     ssize_t got = read(fd, buffer, sizeof(buffer));
     if (got < 0) {
@@ -123,15 +133,16 @@ int main(int argc, char** argv) {
   int ipv6 = 0;
   long limit = -1, workers = 0;
   int option;
-  while ((option = getopt(argc, argv, "6n:p:")) != -1) {
+  while ((option = getopt(argc, argv, "6wn:p:")) != -1) {
     switch (option) {
       case '6': ipv6 = 1; break;
+      case 'w': wait_before_reading = 1; break;
       case 'n': limit = parse_number(optarg, "connection count"); break;
       case 'p': workers = parse_number(optarg, "worker count"); break;
-      default: die("usage: fork_echo_server [-6] [-n CONNECTIONS] [-p WORKERS] PORT");
+      default: die("usage: fork_echo_server [-6] [-w] [-n CONNECTIONS] [-p WORKERS] PORT");
     }
   }
-  if (optind + 1 != argc) die("usage: fork_echo_server [-6] [-n CONNECTIONS] [-p WORKERS] PORT");
+  if (optind + 1 != argc) die("usage: fork_echo_server [-6] [-w] [-n CONNECTIONS] [-p WORKERS] PORT");
   int port = (int)parse_number(argv[optind], "port");
   signal(SIGPIPE, SIG_IGN);
   report_qpsock_state(program_name);

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "upgrade/inherited_streams.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -23,7 +25,10 @@ class InheritedEnvironmentTest : public ::testing::Test {
   static void SetUpTestSuite() {
     setenv("QPSOCK_CONF", "/tmp/example.conf", 1);
     setenv("QPSOCK_LOG_LEVEL", "debug", 1);
+    // Not a setting: never handed on as one (the tests below count the settings).
+    setenv("QPSOCK_INHERITED_STREAMS", "5", 1);
     capture_inherited_environment();
+    unsetenv("QPSOCK_INHERITED_STREAMS");
   }
 };
 
@@ -66,6 +71,34 @@ TEST_F(InheritedEnvironmentTest, LeavesACompleteEnvironmentUntouched) {
 TEST_F(InheritedEnvironmentTest, ANullEnvironmentIsTreatedAsEmpty) {
   InheritedEnvironment environment(nullptr);
   EXPECT_EQ(as_strings(environment.get()).size(), 3u);
+}
+
+TEST_F(InheritedEnvironmentTest, TheInheritedStreamsNamedNowReplaceTheOnesTheEnvironmentHad) {
+  std::string preload = "LD_PRELOAD=/some/where/qpsock_unit_tests";
+  std::string configuration = "QPSOCK_CONF=/other.conf";
+  std::string level = "QPSOCK_LOG_LEVEL=off";
+  std::string stale = "QPSOCK_INHERITED_STREAMS=11,12";
+  char* envp[] = {preload.data(), configuration.data(), stale.data(), level.data(), nullptr};
+  upgrade::InheritedStreamsMarker marker;
+  EXPECT_EQ(marker.assignment(), nullptr);
+  marker.add(4242);
+  marker.add(77);
+  InheritedEnvironment environment(envp, marker.assignment());
+  const std::vector<std::string> result = as_strings(environment.get());
+  EXPECT_EQ(result, (std::vector<std::string>{preload, configuration, level,
+                                              "QPSOCK_INHERITED_STREAMS=4242,77"}));
+  // With none named now, the stale list goes too.
+  InheritedEnvironment without(envp, nullptr);
+  EXPECT_EQ(as_strings(without.get()), (std::vector<std::string>{preload, configuration, level}));
+}
+
+TEST_F(InheritedEnvironmentTest, TheMarkerNamesAtMostItsCapacity) {
+  upgrade::InheritedStreamsMarker marker;
+  for (uint64_t inode = 1; inode <= 40; ++inode) marker.add(18446744073709551615ull - inode);
+  const std::string text = marker.assignment();
+  EXPECT_EQ(std::count(text.begin(), text.end(), ','),
+            static_cast<long>(upgrade::InheritedStreamsMarker::kMostSockets) - 1);
+  EXPECT_EQ(text.rfind("QPSOCK_INHERITED_STREAMS=18446744073709551614,", 0), 0u);
 }
 
 }  // namespace

@@ -393,11 +393,26 @@ if command -v socat >/dev/null; then
     shell_sent=$(( $(counter /sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts) - shell_sent ))
     echoed=$(grep -c '^echoed line' "$LOG/shell.out")
     if ((shell_status == 0 && echoed == 200)) && grep -q '^qpsock=loaded$' "$LOG/shell.out" &&
-       grep -q "fd 3: upgraded to RDMA" "$LOG/shell.client.qplog" && ((shell_sent >= 200)); then
+       grep -q "upgraded to RDMA" "$LOG/shell.client.qplog" && ((shell_sent >= 200)); then
         pass "bash over /dev/tcp, renumbered to fd 3: 200 lines echoed over RDMA (rxe0 sent $shell_sent packets), a child exec'd mid-stream"
     else
         fail "bash over /dev/tcp: status $shell_status, $echoed lines echoed, rxe0 sent $shell_sent packets"
         show "$LOG/shell.err" "$LOG/shell.client.qplog"
+    fi
+    # The same kind of script, its reading done by a child (head) forked right
+    # after the connect: the upgrade is declined, so the child reads the echo
+    # over TCP (an upgrade would move it to a stream only the script could
+    # read). The script pauses 3 s after its first line: the server's first
+    # read starts the upgrade, which comes while head waits for the rest.
+    read -ra cprefix <<<"$(qpsock_prefix "$LOG/shell-reader.client.qplog")"
+    shell_status=0
+    "${cprefix[@]}" "$root/tests/programs/shell_reader_child.sh" 5301 "$SERVER_IP" 3 \
+        >"$LOG/shell-reader.out" 2>"$LOG/shell-reader.err" || shell_status=$?
+    if ((shell_status == 0)) && grep -q "a child process forked since the connect holds the socket" "$LOG/shell-reader.client.qplog"; then
+        pass "bash whose child reads the socket: $(<"$LOG/shell-reader.out"); kept on TCP, and the log says why"
+    else
+        fail "bash whose child reads the socket: status $shell_status: $(cat "$LOG/shell-reader.out")"
+        show "$LOG/shell-reader.err" "$LOG/shell-reader.client.qplog"
     fi
     kill "$sspid" 2>/dev/null; reap "$sspid" 5
     children=$(grep "upgraded to RDMA" "$LOG/socat.server.qplog" | sed -E 's/^qpsock\[([0-9]+)\].*/\1/' | sort -u | wc -l)

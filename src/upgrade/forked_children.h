@@ -1,0 +1,29 @@
+// The children this process forked while it had connections: a client's
+// upgrade is answered later, in the agent or the upgrade worker of the
+// process that connected, and a child forked before then may hold the socket
+// and use it over TCP (`exec 3<>/dev/tcp/...; cat <&3` in a shell). The
+// answer then declines: an upgrade would move the peer's bytes to a stream
+// the child cannot read (docs/upgrade-protocol.md, "fork").
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+
+namespace qpsock::upgrade {
+
+// The fork wrapper: before the fork, and after it with fork's result (the
+// child's pid in the parent, 0 in the child, -1 when it failed).
+void fork_starting();
+void fork_finished(pid_t result);
+
+// Whether a child this process forked (one of the last 64, forked while it
+// had connections) keeps the socket with `inode`: it still holds it after up
+// to 200 ms. A shell forks a child for every command substitution and
+// program, each holding the socket until it exits or execs, most within
+// milliseconds; a child that reads or writes the socket holds it for as long
+// as it does. Waits for a fork under way to finish first, so that its child
+// is looked at too.
+bool forked_child_keeps_socket(uint64_t inode);
+
+}  // namespace qpsock::upgrade

@@ -1,0 +1,39 @@
+// Sockets that a new program inherits across exec from a process that may
+// not use them itself: a forked child whose parent had upgraded them
+// (docs/upgrade-protocol.md, "fork"). Their bytes move in the parent's
+// stream, and what a new program would read from the kernel's socket is
+// nothing, or qpsock's binding token. The exec wrapper names them in the new
+// program's environment; the new program's qpsock refuses every call on
+// them with ECONNRESET, as the child's did.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qpsock::upgrade {
+
+inline constexpr char kInheritedStreamsName[] = "QPSOCK_INHERITED_STREAMS";
+
+// "QPSOCK_INHERITED_STREAMS=INODE,INODE,..." in fixed storage (exec runs in
+// forked children of multi-threaded programs, where malloc may be locked).
+class InheritedStreamsMarker {
+ public:
+  static constexpr size_t kMostSockets = 32;
+  // Names the socket with `inode`; the 33rd and later are left out.
+  void add(uint64_t inode);
+  // The assignment to put in the new program's environment; null if empty.
+  const char* assignment() const { return count_ > 0 ? text_ : nullptr; }
+
+ private:
+  char text_[sizeof(kInheritedStreamsName) + 1 + kMostSockets * 21] = {};
+  size_t length_ = 0;
+  size_t count_ = 0;
+};
+
+// At load, in the new program: every fd that is one of the sockets the
+// environment names gets a Connection that refuses its calls, and the
+// variable leaves the environment (the exec wrapper names them again for a
+// program this one starts).
+void adopt_inherited_streams();
+
+}  // namespace qpsock::upgrade

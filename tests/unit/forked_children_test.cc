@@ -1,0 +1,80 @@
+// The children a process forked while it had connections: a client's upgrade
+// is declined while one of them keeps the socket (upgrade/forked_children.h).
+#include "upgrade/forked_children.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+
+#include "upgrade/connection_registry.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+constexpr int kConnectionFd = 760;  // a registry slot no other test uses
+
+uint64_t inode_of(int fd) {
+  struct stat status{};
+  return fstat(fd, &status) == 0 ? status.st_ino : 0;
+}
+
+// Forks as the fork wrapper does; the child runs `in_child` and exits with its result.
+template <typename InChild>
+pid_t fork_as_the_wrapper_does(InChild in_child) {
+  fork_starting();
+  const pid_t child = fork();
+  fork_finished(child);
+  if (child == 0) _exit(in_child());
+  return child;
+}
+
+int exit_status(pid_t child) {
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST(ForkedChildren, AChildThatKeepsTheSocketIsFoundAndOneThatLetItGoIsNot) {
+  int sockets[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+  attach_connection(kConnectionFd, std::make_shared<Connection>(config::Role::client));
+  const uint64_t inode = inode_of(sockets[0]);
+
+  // A child that keeps the socket until the parent closes the other end.
+  const pid_t keeper = fork_as_the_wrapper_does([&] {
+    close(sockets[1]);
+    char byte;
+    return static_cast<int>(read(sockets[0], &byte, 1));
+  });
+  // A child that lets it go at once, as a shell's command substitution does.
+  const pid_t quick = fork_as_the_wrapper_does([&] { return 0; });
+  ASSERT_EQ(exit_status(quick), 0);
+
+  EXPECT_TRUE(forked_child_keeps_socket(inode));
+
+  // In a child, its parent's fork is over and its parent's children (the
+  // keeper, alive) are not its own.
+  const pid_t child = fork_as_the_wrapper_does([&] {
+    const auto begun = std::chrono::steady_clock::now();
+    const bool kept = forked_child_keeps_socket(inode);
+    return kept || std::chrono::steady_clock::now() - begun > std::chrono::milliseconds(100) ? 1 : 0;
+  });
+  EXPECT_EQ(exit_status(child), 0) << "the child waited for its parent's fork, or counted its siblings";
+
+  close(sockets[1]);
+  EXPECT_EQ(exit_status(keeper), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(forked_child_keeps_socket(inode));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  detach_connection(kConnectionFd);
+  close(sockets[0]);
+}
+
+}  // namespace
+}  // namespace qpsock::upgrade
