@@ -129,6 +129,7 @@ int dup(int fd) {
 }
 
 int dup2(int old_fd, int new_fd) {
+  if (old_fd != new_fd) upgrade::fd_about_to_be_replaced(new_fd);
   int result = next::dup2(old_fd, new_fd);
   if (result >= 0 && old_fd != new_fd) {
     table().copy(old_fd, new_fd);
@@ -141,6 +142,7 @@ int dup2(int old_fd, int new_fd) {
 }
 
 int dup3(int old_fd, int new_fd, int flags) {
+  if (old_fd != new_fd) upgrade::fd_about_to_be_replaced(new_fd);
   int result = next::dup3(old_fd, new_fd, flags);
   if (result >= 0) {
     table().copy(old_fd, new_fd);

@@ -12,6 +12,8 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "stream/control_doorbell.h"
+#include "upgrade/connection_registry.h"
+#include "upgrade/doorbell_watcher.h"
 #include "upgrade/random_token.h"
 
 namespace qpsock::upgrade {
@@ -122,6 +124,8 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   phase_.store(UpgradePhase::established, std::memory_order_release);
   installed_streams.fetch_add(1, std::memory_order_acq_rel);
   report_path();
+  // Renumbered while the handshake ran (control_fd_left found no stream then).
+  if (find_connection(tcp_fd).get() != this) control_fd_left(tcp_fd, attached_fd(this, -1));
 }
 
 void Connection::answer_doorbell() {
@@ -136,9 +140,14 @@ void Connection::answer_doorbell() {
 void Connection::control_fd_left(int fd, int other_fd) {
   stream::Stream* current = stream();
   if (current == nullptr || other_fd < 0) return;
-  int expected = fd;
-  if (control_fd_.compare_exchange_strong(expected, other_fd, std::memory_order_acq_rel))
-    current->move_control_channel(other_fd);
+  // One move at a time: two fds closed at once must leave the connection and
+  // the stream watching the same one.
+  std::lock_guard lock(control_move_mutex_);
+  if (control_fd_.load(std::memory_order_acquire) != fd) return;
+  control_fd_.store(other_fd, std::memory_order_release);
+  current->move_control_channel(other_fd);
+  // The watcher found the connection by the old number.
+  if (receiving_switched()) watch_for_doorbells(other_fd);
 }
 
 void Connection::receive_low_water_changed(int tcp_fd) {

@@ -192,6 +192,7 @@ class Connection {
   std::unique_ptr<stream::Stream> stream_;
   std::atomic<stream::Stream*> stream_installed_{nullptr};
   std::atomic<int> control_fd_{-1};
+  std::mutex control_move_mutex_;
 
   // The verbs path: the Hellos still to go through (ours sent, the peer's
   // taken) before our sending direction may switch; the peer's is awaited.

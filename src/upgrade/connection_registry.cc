@@ -150,13 +150,14 @@ std::shared_ptr<Connection> copy_connection(int source, int destination) {
   return displaced != shared ? displaced : nullptr;
 }
 
-int attached_fd(const Connection* connection, int preferred) {
-  if (preferred >= 0 && find_connection(preferred).get() == connection) return preferred;
+int attached_fd(const Connection* connection, int preferred, int excluded) {
+  if (preferred >= 0 && preferred != excluded && find_connection(preferred).get() == connection)
+    return preferred;
   Registry& entries = registry();
   if (entries.count.load(std::memory_order_acquire) == 0) return -1;
   const int highest = entries.highest_fd.load(std::memory_order_acquire);
   for (int fd = 0; fd <= highest; fd++) {
-    if (find_connection(fd).get() == connection) return fd;
+    if (fd != excluded && find_connection(fd).get() == connection) return fd;
   }
   return -1;
 }

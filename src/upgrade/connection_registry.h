@@ -26,8 +26,8 @@ std::shared_ptr<Connection> detach_connection(int fd);
 // the Connection destination had before, if another (dup2 over a socket).
 std::shared_ptr<Connection> copy_connection(int source, int destination);
 // An fd of this process that refers to `connection`: `preferred` if it does,
-// else the lowest such fd; -1 if none.
-int attached_fd(const Connection* connection, int preferred);
+// else the lowest such fd other than `excluded`; -1 if none.
+int attached_fd(const Connection* connection, int preferred, int excluded = -1);
 // Whether `connection` is still attached to any fd.
 bool connection_in_use(const Connection* connection);
 // Calls visit(fd, connection) for every fd that has a Connection (exec, which

@@ -203,6 +203,14 @@ void attach_statistics(int fd, stats::Handle handle) {
     connection->attach_statistics(handle);
 }
 
+void fd_about_to_be_replaced(int fd) {
+  if (!any_connections()) return;
+  std::shared_ptr<Connection> connection = find_connection(fd);
+  if (connection == nullptr || connection->control_fd() != fd) return;
+  ErrnoGuard errno_guard;
+  connection->control_fd_left(fd, attached_fd(connection.get(), -1, fd));
+}
+
 void connection_copied(int source, int destination) {
   std::shared_ptr<Connection> displaced = copy_connection(source, destination);
   if (displaced != nullptr && connection_in_use(displaced.get()))

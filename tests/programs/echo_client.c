@@ -15,10 +15,10 @@
  * checked. Same streams, so the same report as without -B. -t does not apply.
  *
  * -R BYTES (with -B): once a connection has BYTES echoed, renumber its socket
- * as a shell does (dup to a number of 100 or more, close the old one), then
- * put a pipe holding one unread byte on the old number, so that anything still
- * watching that number finds it readable and not a socket. The rest of the
- * stream and its end must go on as before.
+ * as a shell does (dup to a number of 100 or more, then close the old one, or
+ * dup2 over it), and put a pipe holding one unread byte on the old number, so
+ * that anything still watching that number finds it readable and not a
+ * socket. The rest of the stream and its end must go on as before.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -64,11 +64,13 @@ static int read_exactly(int fd, unsigned char* buffer, size_t length) {
 }
 
 /* The -B mode: blocking I/O, never poll (see the top). */
-/* The -R step: fd moves to 100 or above; its old number becomes a readable pipe. */
-static void renumber(struct connection* c, int pipe_ends[2]) {
+/* The -R step: fd moves to 100 or above; its old number becomes a readable
+ * pipe, put there after a close of the socket's old number (even connections)
+ * or by dup2 over it (odd ones). */
+static void renumber(struct connection* c, long index, int pipe_ends[2]) {
   int moved = fcntl(c->fd, F_DUPFD, 100);
   if (moved < 0) die("F_DUPFD:");
-  if (close(c->fd) != 0) die("close:");
+  if (index % 2 == 0 && close(c->fd) != 0) die("close:");
   if (pipe(pipe_ends) != 0) die("pipe:");
   if (pipe_ends[0] != c->fd) {
     if (dup2(pipe_ends[0], c->fd) < 0) die("dup2:");
@@ -122,7 +124,7 @@ static int run_blocking(struct connection* connections, long count, unsigned lon
         }
         c->crc = crc32_update(c->crc, read_buffer, size);
         if (renumber_after > 0 && c->received < renumber_after && c->received + size >= renumber_after)
-          renumber(c, c->renumbered_pipe);
+          renumber(c, index, c->renumbered_pipe);
         c->received += size;
         continue;
       }
