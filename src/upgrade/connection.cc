@@ -125,7 +125,7 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   installed_streams.fetch_add(1, std::memory_order_acq_rel);
   report_path();
   // Renumbered while the handshake ran (control_fd_left found no stream then).
-  if (find_connection(tcp_fd).get() != this) control_fd_left(tcp_fd, attached_fd(this, -1));
+  if (find_connection(tcp_fd).get() != this) control_fd_left(tcp_fd);
 }
 
 void Connection::answer_doorbell() {
@@ -137,13 +137,15 @@ void Connection::answer_doorbell() {
   current->answer_peer();
 }
 
-void Connection::control_fd_left(int fd, int other_fd) {
+void Connection::control_fd_left(int fd) {
   stream::Stream* current = stream();
-  if (current == nullptr || other_fd < 0) return;
-  // One move at a time: two fds closed at once must leave the connection and
-  // the stream watching the same one.
+  if (current == nullptr) return;
+  // One move at a time, the new fd chosen under the lock: two fds closed at
+  // once must leave the connection and the stream on one that stays.
   std::lock_guard lock(control_move_mutex_);
   if (control_fd_.load(std::memory_order_acquire) != fd) return;
+  const int other_fd = attached_fd(this, -1, fd);
+  if (other_fd < 0) return;
   control_fd_.store(other_fd, std::memory_order_release);
   current->move_control_channel(other_fd);
   // The watcher found the connection by the old number.

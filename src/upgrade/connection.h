@@ -126,10 +126,10 @@ class Connection {
   // The fd number the stream watches for the peer's doorbells, FIN and reset
   // (the socket's fd when installed); -1 before.
   int control_fd() const { return control_fd_.load(std::memory_order_acquire); }
-  // `fd` no longer refers to the socket in this process (closed, or another
-  // file dup2'ed over it) while `other_fd` still does: the stream watches
-  // `other_fd` from now on, if it watched `fd`.
-  void control_fd_left(int fd, int other_fd);
+  // `fd` no longer refers to the socket in this process, or is about to stop
+  // (closed, or another file dup2'ed over it): if the stream watched `fd`, it
+  // watches another fd of the socket from now on (if one is left).
+  void control_fd_left(int fd);
 
   // How many of this process's fds refer to the connection (dup shares it);
   // kept by the registry.

@@ -1,7 +1,5 @@
 #include "upgrade/forked_children.h"
 
-#include <sched.h>
-
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -50,11 +48,12 @@ void fork_finished(pid_t result) {
 namespace {
 
 bool a_child_holds_socket(ForkedChildren& all, uint64_t inode) {
-  // A fork that has begun may already have copied the socket into its child.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  // A fork that has begun may already have copied the socket into its child
+  // (a fork takes well under these 100 ms).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   while (all.forks_under_way.load(std::memory_order_acquire) != 0 &&
          std::chrono::steady_clock::now() < give_up)
-    sched_yield();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   const uint64_t recorded = all.recorded.load(std::memory_order_acquire);
   const uint64_t count = recorded < kRemembered ? recorded : kRemembered;
   for (uint64_t index = 0; index < count; ++index) {
@@ -65,6 +64,14 @@ bool a_child_holds_socket(ForkedChildren& all, uint64_t inode) {
 }
 
 }  // namespace
+
+bool forked_child_holds_socket(uint64_t inode) {
+  ForkedChildren& all = children();
+  if (all.recorded.load(std::memory_order_acquire) == 0 &&
+      all.forks_under_way.load(std::memory_order_acquire) == 0)
+    return false;
+  return a_child_holds_socket(all, inode);
+}
 
 bool forked_child_keeps_socket(uint64_t inode) {
   ForkedChildren& all = children();

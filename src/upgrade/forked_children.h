@@ -25,5 +25,7 @@ void fork_finished(pid_t result);
 // as it does. Waits for a fork under way to finish first, so that its child
 // is looked at too.
 bool forked_child_keeps_socket(uint64_t inode);
+// The same, now: no waiting for holders to let go (only for a fork under way).
+bool forked_child_holds_socket(uint64_t inode);
 
 }  // namespace qpsock::upgrade

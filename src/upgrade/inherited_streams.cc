@@ -4,8 +4,6 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include <cinttypes>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -40,13 +38,22 @@ bool named(uint64_t inode, const uint64_t* inodes, size_t count) {
 
 void InheritedStreamsMarker::add(uint64_t inode) {
   if (count_ == kMostSockets) return;
+  // By hand, not snprintf: this runs in forked children (async-signal-safe).
   if (count_ == 0) {
-    length_ = static_cast<size_t>(
-        snprintf(text_, sizeof(text_), "%s=%" PRIu64, kInheritedStreamsName, inode));
+    memcpy(text_, kInheritedStreamsName, sizeof(kInheritedStreamsName) - 1);
+    length_ = sizeof(kInheritedStreamsName) - 1;
+    text_[length_++] = '=';
   } else {
-    length_ += static_cast<size_t>(
-        snprintf(text_ + length_, sizeof(text_) - length_, ",%" PRIu64, inode));
+    text_[length_++] = ',';
   }
+  char digits[20];
+  size_t count = 0;
+  do {
+    digits[count++] = static_cast<char>('0' + inode % 10);
+    inode /= 10;
+  } while (inode != 0);
+  while (count > 0) text_[length_++] = digits[--count];
+  text_[length_] = '\0';
   ++count_;
 }
 

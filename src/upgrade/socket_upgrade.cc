@@ -208,13 +208,13 @@ void fd_about_to_be_replaced(int fd) {
   std::shared_ptr<Connection> connection = find_connection(fd);
   if (connection == nullptr || connection->control_fd() != fd) return;
   ErrnoGuard errno_guard;
-  connection->control_fd_left(fd, attached_fd(connection.get(), -1, fd));
+  connection->control_fd_left(fd);
 }
 
 void connection_copied(int source, int destination) {
   std::shared_ptr<Connection> displaced = copy_connection(source, destination);
   if (displaced != nullptr && connection_in_use(displaced.get()))
-    displaced->control_fd_left(destination, attached_fd(displaced.get(), -1));
+    displaced->control_fd_left(destination);
 }
 
 void connection_closing(int fd) {
@@ -223,7 +223,7 @@ void connection_closing(int fd) {
   std::shared_ptr<Connection> connection = detach_connection(fd);
   if (connection == nullptr) return;
   if (connection_in_use(connection.get())) {
-    connection->control_fd_left(fd, attached_fd(connection.get(), -1));
+    connection->control_fd_left(fd);
     return;
   }
   if (connection->close_stream()) {

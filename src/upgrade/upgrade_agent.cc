@@ -149,9 +149,16 @@ void UpgradeAgent::run() {
 // A child forked since the connect holds the socket: it may read or write it
 // over TCP, and an upgrade would move the peer's bytes where it cannot see
 // them. The child's copy is never upgraded (it has no agent), so the
-// connection stays on TCP for both.
-bool declined_for_a_forked_child(Connection& connection, const Offer& offer) {
-  if (!forked_child_keeps_socket(offer.tcp_socket_inode)) return false;
+// connection stays on TCP for both. Looked at before the negotiation begins
+// (a child forked while it runs has its calls refused, whatever its outcome)
+// and, without waiting, once more right after (a fork in between); `stage`
+// says which. False: go on.
+enum class ChildCheck { before_negotiation, negotiation_begun };
+bool declined_for_a_forked_child(Connection& connection, const Offer& offer, ChildCheck stage) {
+  const bool held = stage == ChildCheck::before_negotiation
+                        ? forked_child_keeps_socket(offer.tcp_socket_inode)
+                        : forked_child_holds_socket(offer.tcp_socket_inode);
+  if (!held) return false;
   QPSOCK_LOG(info, "fd %d: a child process forked since the connect holds the socket; the "
              "connection stays on TCP", offer.tcp_fd);
   connection.decline("a forked child holds the socket");
@@ -163,12 +170,17 @@ void UpgradeAgent::answer_same_host(Offer offer) {
   const int side_fd = next::accept4(offer.listeners.same_host_fd, nullptr, nullptr, SOCK_CLOEXEC);
   close_listeners(offer.listeners);
   std::shared_ptr<Connection> connection = offer.connection.lock();
+  if (side_fd >= 0 && connection != nullptr &&
+      declined_for_a_forked_child(*connection, offer, ChildCheck::before_negotiation)) {
+    next::close(side_fd);
+    return;
+  }
   if (side_fd < 0 || connection == nullptr || !connection->begin_negotiation()) {
     if (side_fd >= 0) next::close(side_fd);
     if (connection) connection->decline("the side channel failed");
     return;
   }
-  if (declined_for_a_forked_child(*connection, offer)) {
+  if (declined_for_a_forked_child(*connection, offer, ChildCheck::negotiation_begun)) {
     next::close(side_fd);
     return;
   }
@@ -191,9 +203,12 @@ void UpgradeAgent::answer_rdma(Offer offer) {
   std::unique_ptr<transport::verbs::VerbsListener> listener = std::move(offer.listeners.rdma);
   close_listeners(offer.listeners);
   std::shared_ptr<Connection> connection = offer.connection.lock();
-  if (connection == nullptr || !connection->begin_negotiation()) return;
   // Declined before the accept: the server's connect is rejected, and it stays on TCP.
-  if (declined_for_a_forked_child(*connection, offer)) return;
+  if (connection == nullptr ||
+      declined_for_a_forked_child(*connection, offer, ChildCheck::before_negotiation) ||
+      !connection->begin_negotiation() ||
+      declined_for_a_forked_child(*connection, offer, ChildCheck::negotiation_begun))
+    return;
   if (accept_verbs_upgrade(*listener, *connection, offer.tcp_fd, offer.tcp_socket_inode,
                            offer.deadline) < 0)
     connection->decline("the RDMA upgrade failed");
