@@ -48,15 +48,29 @@ int calls_in_forked_child(Connection& connection, int fd) {
   return findings;
 }
 
-TEST(ConnectionAfterFork, AChildsCallsOnItsParentsUpgradedConnectionFailWithConnectionReset) {
-  stream::LoopbackStreamPair pair;
-  ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
-  int sockets[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
-  auto connection = std::make_shared<Connection>(config::Role::client);
-  connection->install(std::move(pair.first), BindingToken{}, sockets[0], stats::Path::shm);
-  attach_connection(sockets[0], connection);
+// A connection upgraded in this process: its stream (over the loopback
+// transport) installed on one end of a socket pair, the fd registered.
+class ConnectionAfterFork : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+    connection = std::make_shared<Connection>(config::Role::client);
+    connection->install(std::move(pair.first), BindingToken{}, sockets[0], stats::Path::shm);
+    attach_connection(sockets[0], connection);
+  }
+  void TearDown() override {
+    detach_connection(sockets[0]);
+    close(sockets[0]);
+    close(sockets[1]);
+  }
 
+  stream::LoopbackStreamPair pair;
+  int sockets[2] = {-1, -1};
+  std::shared_ptr<Connection> connection;
+};
+
+TEST_F(ConnectionAfterFork, AChildsCallsOnItsParentsUpgradedConnectionFailWithConnectionReset) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) _exit(calls_in_forked_child(*connection, sockets[0]));
@@ -70,9 +84,6 @@ TEST(ConnectionAfterFork, AChildsCallsOnItsParentsUpgradedConnectionFailWithConn
   EXPECT_NE(connection->stream(), nullptr);
   EXPECT_FALSE(connection->inherited_stream());
   EXPECT_EQ(send(sockets[0], "y", 1, MSG_DONTWAIT | MSG_NOSIGNAL), 1) << "the child shut the socket down";
-  detach_connection(sockets[0]);
-  close(sockets[0]);
-  close(sockets[1]);
 }
 
 // What the child's epoll set found wrong, one bit each.
@@ -102,14 +113,7 @@ int epoll_in_forked_child(readiness::EpollSet& set, int epoll_fd, int fd) {
   return findings;
 }
 
-TEST(ConnectionAfterFork, AChildsEpollSetNeitherTouchesNorDropsItsParentsUpgradedConnection) {
-  stream::LoopbackStreamPair pair;
-  ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
-  int sockets[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
-  auto connection = std::make_shared<Connection>(config::Role::server);
-  connection->install(std::move(pair.first), BindingToken{}, sockets[0], stats::Path::shm);
-  attach_connection(sockets[0], connection);
+TEST_F(ConnectionAfterFork, AChildsEpollSetNeitherTouchesNorDropsItsParentsUpgradedConnection) {
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   ASSERT_GE(epoll_fd, 0);
   {
@@ -131,10 +135,7 @@ TEST(ConnectionAfterFork, AChildsEpollSetNeitherTouchesNorDropsItsParentsUpgrade
     int result = 0;
     EXPECT_TRUE(set.remove(sockets[0], result));
   }
-  detach_connection(sockets[0]);
   close(epoll_fd);
-  close(sockets[0]);
-  close(sockets[1]);
 }
 
 }  // namespace
