@@ -37,13 +37,36 @@ pid_t fork() {
 
 pid_t vfork() { return process::fork(); }
 
+namespace {
+
+// Every exec's first steps, in their order: this process's connections are
+// settled (which names the sockets whose streams are another process's),
+// then the new program's environment is made, naming them.
+class ExecPreparation {
+ public:
+  // `settle_connections` false: the exec is bound to fail, and leaves the
+  // process, and its connections, as they were.
+  ExecPreparation(char* const* envp, bool settle_connections)
+      : environment_(envp, settled(settle_connections)) {
+    stats::before_exec();
+  }
+  char* const* environment() const { return environment_.get(); }
+
+ private:
+  const char* settled(bool settle_connections) {
+    if (settle_connections) upgrade::connections_before_exec(inherited_);
+    return inherited_.assignment();
+  }
+
+  upgrade::InheritedStreamsMarker inherited_;  // before environment_, which points into it
+  InheritedEnvironment environment_;
+};
+
+}  // namespace
+
 int execve(const char* path, char* const argv[], char* const envp[]) {
-  upgrade::InheritedStreamsMarker inherited;
-  // An exec that is bound to fail leaves the process, and its connections, as they were.
-  if (path != nullptr && access(path, X_OK) == 0) upgrade::connections_before_exec(inherited);
-  InheritedEnvironment environment(envp, inherited.assignment());
-  stats::before_exec();
-  return next::execve(path, argv, environment.get());
+  ExecPreparation exec(envp, path != nullptr && access(path, X_OK) == 0);
+  return next::execve(path, argv, exec.environment());
 }
 
 int execv(const char* path, char* const argv[]) { return process::execve(path, argv, environ); }
@@ -53,19 +76,13 @@ int execvp(const char* file, char* const argv[]) {
 }
 
 int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  upgrade::InheritedStreamsMarker inherited;
-  upgrade::connections_before_exec(inherited);
-  InheritedEnvironment environment(envp, inherited.assignment());
-  stats::before_exec();
-  return next::execvpe(file, argv, environment.get());
+  ExecPreparation exec(envp, true);
+  return next::execvpe(file, argv, exec.environment());
 }
 
 int fexecve(int fd, char* const argv[], char* const envp[]) {
-  upgrade::InheritedStreamsMarker inherited;
-  upgrade::connections_before_exec(inherited);
-  InheritedEnvironment environment(envp, inherited.assignment());
-  stats::before_exec();
-  return next::fexecve(fd, argv, environment.get());
+  ExecPreparation exec(envp, true);
+  return next::fexecve(fd, argv, exec.environment());
 }
 
 int exec_argument_list(ListExecVariant variant, const char* target, const char* first,

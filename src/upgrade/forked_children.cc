@@ -45,9 +45,11 @@ void fork_finished(pid_t result) {
   all.forks_under_way.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-namespace {
-
-bool a_child_holds_socket(ForkedChildren& all, uint64_t inode) {
+bool forked_child_holds_socket(uint64_t inode) {
+  ForkedChildren& all = children();
+  if (all.recorded.load(std::memory_order_acquire) == 0 &&
+      all.forks_under_way.load(std::memory_order_acquire) == 0)
+    return false;
   // A fork that has begun may already have copied the socket into its child
   // (a fork takes well under these 100 ms).
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
@@ -63,23 +65,9 @@ bool a_child_holds_socket(ForkedChildren& all, uint64_t inode) {
   return false;
 }
 
-}  // namespace
-
-bool forked_child_holds_socket(uint64_t inode) {
-  ForkedChildren& all = children();
-  if (all.recorded.load(std::memory_order_acquire) == 0 &&
-      all.forks_under_way.load(std::memory_order_acquire) == 0)
-    return false;
-  return a_child_holds_socket(all, inode);
-}
-
 bool forked_child_keeps_socket(uint64_t inode) {
-  ForkedChildren& all = children();
-  if (all.recorded.load(std::memory_order_acquire) == 0 &&
-      all.forks_under_way.load(std::memory_order_acquire) == 0)
-    return false;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (a_child_holds_socket(all, inode)) {
+  while (forked_child_holds_socket(inode)) {
     if (std::chrono::steady_clock::now() >= give_up) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
