@@ -39,22 +39,27 @@ pid_t vfork() { return process::fork(); }
 
 namespace {
 
-// Every exec's first steps, in their order: this process's connections are
-// settled (which names the sockets whose streams are another process's),
-// then the new program's environment is made, naming them.
-class ExecPreparation {
+enum class NewProgram : uint8_t {
+  replaces_this_one,  // exec
+  fails_to_start,     // an exec bound to fail: the process and its connections stay as they are
+  starts_beside_it,   // posix_spawn, system, popen: this process goes on with its streams
+};
+
+// The first steps of starting a program, in their order: this process's
+// connections are settled (which names the sockets whose streams the new
+// program may not use), then the new program's environment is made, naming
+// them.
+class ProgramStart {
  public:
-  // `settle_connections` false: the exec is bound to fail, and leaves the
-  // process, and its connections, as they were.
-  ExecPreparation(char* const* envp, bool settle_connections)
-      : environment_(envp, settled(settle_connections)) {
-    stats::before_exec();
+  ProgramStart(char* const* envp, NewProgram start) : environment_(envp, settled(start)) {
+    if (start != NewProgram::starts_beside_it) stats::before_exec();
   }
   char* const* environment() const { return environment_.get(); }
 
  private:
-  const char* settled(bool settle_connections) {
-    if (settle_connections) upgrade::connections_before_exec(inherited_);
+  const char* settled(NewProgram start) {
+    if (start == NewProgram::replaces_this_one) upgrade::connections_before_exec(inherited_);
+    if (start == NewProgram::starts_beside_it) upgrade::connections_before_spawn(inherited_);
     return inherited_.assignment();
   }
 
@@ -65,7 +70,8 @@ class ExecPreparation {
 }  // namespace
 
 int execve(const char* path, char* const argv[], char* const envp[]) {
-  ExecPreparation exec(envp, path != nullptr && access(path, X_OK) == 0);
+  ProgramStart exec(envp, path != nullptr && access(path, X_OK) == 0 ? NewProgram::replaces_this_one
+                                                                      : NewProgram::fails_to_start);
   return next::execve(path, argv, exec.environment());
 }
 
@@ -76,12 +82,12 @@ int execvp(const char* file, char* const argv[]) {
 }
 
 int execvpe(const char* file, char* const argv[], char* const envp[]) {
-  ExecPreparation exec(envp, true);
+  ProgramStart exec(envp, NewProgram::replaces_this_one);
   return next::execvpe(file, argv, exec.environment());
 }
 
 int fexecve(int fd, char* const argv[], char* const envp[]) {
-  ExecPreparation exec(envp, true);
+  ProgramStart exec(envp, NewProgram::replaces_this_one);
   return next::fexecve(fd, argv, exec.environment());
 }
 
@@ -130,16 +136,16 @@ int exec_argument_list(ListExecVariant variant, const char* target, const char* 
 
 namespace {
 
-// Runs `call` with environ replaced by the inherited environment, only if the
-// current one lacks something. Another thread's setenv during the call would
-// be lost, as with any setenv that races a spawn; the common case (nothing
-// missing) swaps nothing.
+// Runs `call` with environ replaced by the new program's environment, only if
+// the current one lacks something or the program inherits upgraded sockets.
+// Another thread's setenv during the call would be lost, as with any setenv
+// that races a spawn; the common case (nothing to add) swaps nothing.
 template <typename Call>
 auto with_inherited_environ(Call call) {
-  InheritedEnvironment environment(environ);
-  if (environment.get() == environ) return call();
+  ProgramStart start(environ, NewProgram::starts_beside_it);
+  if (start.environment() == environ) return call();
   char** saved = environ;
-  environ = const_cast<char**>(environment.get());
+  environ = const_cast<char**>(start.environment());
   auto result = call();
   int saved_errno = errno;
   environ = saved;
@@ -160,14 +166,14 @@ FILE* popen(const char* command, const char* mode) {
 
 int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
-  InheritedEnvironment environment(envp);
-  return next::posix_spawn(pid, path, actions, attributes, argv, environment.get());
+  ProgramStart start(envp, NewProgram::starts_beside_it);
+  return next::posix_spawn(pid, path, actions, attributes, argv, start.environment());
 }
 
 int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
                  const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
-  InheritedEnvironment environment(envp);
-  return next::posix_spawnp(pid, file, actions, attributes, argv, environment.get());
+  ProgramStart start(envp, NewProgram::starts_beside_it);
+  return next::posix_spawnp(pid, file, actions, attributes, argv, start.environment());
 }
 
 }  // namespace qpsock::process

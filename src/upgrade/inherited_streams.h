@@ -1,10 +1,11 @@
-// Sockets that a new program inherits across exec from a process that may
-// not use them itself: a forked child whose parent had upgraded them
-// (docs/upgrade-protocol.md, "fork"). Their bytes move in the parent's
-// stream, and what a new program would read from the kernel's socket is
-// nothing, or qpsock's binding token. The exec wrapper names them in the new
-// program's environment; the new program's qpsock refuses every call on
-// them with ECONNRESET, as the child's did.
+// Sockets that a new program inherits from a process whose streams it cannot
+// use: the exec of a forked child whose parent had upgraded them, or a
+// program started beside an upgraded connection's process by posix_spawn,
+// system or popen (docs/upgrade-protocol.md, "fork"). Their bytes move in
+// the other process's stream, and what a new program would read from the
+// kernel's socket is nothing, or qpsock's binding token. The exec and spawn
+// wrappers name them in the new program's environment; the new program's
+// qpsock refuses every call on them with ECONNRESET.
 #pragma once
 
 #include <cstddef>

@@ -165,18 +165,41 @@ std::shared_ptr<Connection> connection_for_io(int fd) {
   return connection;
 }
 
+namespace {
+
+// Calls `visit` for each connection with a stream (its own or another
+// process's) whose fd a new program would inherit.
+template <typename Visit>
+void visit_inheritable_streams(Visit visit) {
+  visit_connections([&visit](int fd, Connection& connection) {
+    if (connection.stream() == nullptr && !connection.inherited_stream()) return;
+    const int descriptor_flags = next::fcntl(fd, F_GETFD, 0);
+    if (descriptor_flags < 0 || (descriptor_flags & FD_CLOEXEC) != 0) return;
+    visit(fd, connection);
+  });
+}
+
+void name_socket(int fd, InheritedStreamsMarker& inherited) {
+  uint64_t inode = 0;
+  if (socket_inode_of_fd(fd, inode) == 0) inherited.add(inode);
+}
+
+}  // namespace
+
+void connections_before_spawn(InheritedStreamsMarker& inherited) {
+  ErrnoGuard errno_guard;
+  if (!any_connections()) return;
+  visit_inheritable_streams([&inherited](int fd, Connection&) { name_socket(fd, inherited); });
+}
+
 void connections_before_exec(InheritedStreamsMarker& inherited) {
   ErrnoGuard errno_guard;
   if (!any_connections()) return;
-  visit_connections([&inherited](int fd, Connection& connection) {
+  visit_inheritable_streams([&inherited](int fd, Connection& connection) {
     stream::Stream* stream = connection.stream();
-    if (stream == nullptr && !connection.inherited_stream()) return;
-    const int descriptor_flags = next::fcntl(fd, F_GETFD, 0);
-    if (descriptor_flags < 0 || (descriptor_flags & FD_CLOEXEC) != 0) return;
     if (connection.inherited_stream()) {
       // Another process's stream: the new program is told, and refuses it too.
-      uint64_t inode = 0;
-      if (socket_inode_of_fd(fd, inode) == 0) inherited.add(inode);
+      name_socket(fd, inherited);
       return;
     }
     QPSOCK_LOG(error, "fd %d: an upgraded connection cannot be inherited across exec yet; "

@@ -51,6 +51,11 @@ void connection_closing(int fd);
 // (inherited across fork) is left alone, and named in `inherited` for the
 // new program when its fd survives.
 void connections_before_exec(InheritedStreamsMarker& inherited);
+// Before posix_spawn, system or popen starts a program that inherits this
+// process's fds: every upgraded connection whose fd it inherits is named in
+// `inherited`, so that the new program refuses it (its stream stays this
+// process's, which goes on using it) rather than find an empty TCP socket.
+void connections_before_spawn(InheritedStreamsMarker& inherited);
 // In a forked child, first thing: the connections the parent had upgraded
 // stay the parent's (Connection::abandon_inherited_stream); the child's calls
 // on them fail, and its close or exec leaves them to the parent.

@@ -17,6 +17,8 @@
 #    by bash before its upgrade, and its children inherit it after; a script
 #    whose background child reads the socket it connected keeps it on TCP,
 #    and a program handed the socket after its upgrade fails with ECONNRESET.
+#  - so does a program that a client started beside itself (posix_spawn,
+#    system, popen) after its upgrade, and the client's stream goes on.
 # usage: exec.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 parse_runners "$@"
@@ -209,6 +211,40 @@ inherited_upgraded_socket() {
   fi
 }
 
+# A client that made a round trip (qpsock has upgraded its connection by
+# then) starts a program beside itself that inherits the socket and peeks at
+# it (posix_spawn, posix_spawnp, system, popen: none goes through fork and
+# exec in this process). Without qpsock the program sees the kernel's socket;
+# under it the program is told the stream is not its own and gets
+# ECONNRESET, with a line saying why, never an empty socket; the client's
+# stream goes on intact.
+spawned_program_peeks() {
+  local runner=$1 tag method port status log
+  tag=$(runner_tag "$runner")
+  start_server "$runner" "spawn-echo.$tag" "$QPSOCK_PROGRAMS_DIR/fork_echo_server" -n 4 @PORT@ || return 0
+  port=$SERVER_PORT
+  for method in posix_spawn posix_spawnp system popen; do
+    log=$LOG_DIR/spawn.$tag.$method.expected-errors.log
+    status=0
+    run_under "$runner" 30 "$PROBE" connect-then-spawn "$port" "$method" >/dev/null 2>"$log" || status=$?
+    assert_equal "client that starts a program by $method mid-connection ($runner)" 0 "$status"
+    if runner_loads_qpsock "$runner"; then
+      if grep -q "peek-fd [0-9]*: ECONNRESET" "$log" && grep -q "it cannot be used here yet: ECONNRESET" "$log"; then
+        pass "program started by $method given an upgraded socket: ECONNRESET, and the log says why"
+      else
+        fail "program started by $method given an upgraded socket: $(grep -h 'peek-fd' "$log" || echo 'no report')"
+      fi
+    elif grep -q "peek-fd [0-9]*: \(data\|EAGAIN\)" "$log"; then
+      pass "program started by $method peeks at the kernel's socket ($runner)"
+    else
+      fail "program started by $method: $(grep -h 'peek-fd' "$log" || echo 'no report') ($runner)"
+    fi
+  done
+  status=0
+  wait_background "spawn-echo.$tag" || status=$?
+  assert_equal "fork_echo_server for the spawning clients ($runner)" 0 "$status"
+}
+
 for runner in "${RUNNERS[@]}"; do
   if runner_loads_qpsock "$runner"; then
     # On TCP, exec passes the socket through untouched.
@@ -220,5 +256,6 @@ for runner in "${RUNNERS[@]}"; do
   clean_environment "$runner"
   exit_statuses "$runner"
   shell_and_java_jar "$runner"
+  spawned_program_peeks "$runner"
 done
 finish

@@ -15,6 +15,14 @@
  *       listens on 127.0.0.1:PORT, accepts one connection, echoes its first
  *       PREFIX bytes itself, then execs PROGRAM ARGS... FD, where FD is the
  *       number of the connected socket the new program inherits.
+ *   exec_probe connect-then-spawn PORT METHOD
+ *       connects to an echo server on 127.0.0.1:PORT, makes one round trip,
+ *       starts "exec_probe peek-fd FD" beside itself by METHOD (posix_spawn,
+ *       posix_spawnp, system or popen) and waits for it, then checks the
+ *       echo of 1 MiB.
+ *   exec_probe peek-fd FD
+ *       peeks at the socket FD without waiting and says what it found on
+ *       stderr: "peek-fd FD: data", "...: EAGAIN", "...: ECONNRESET", ...
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -108,6 +116,105 @@ static int clean_exec(const char* method, char** argv) {
   die("%s %s:", method, path);
 }
 
+static int connect_loopback_port(int port) {
+  struct sockaddr_storage address;
+  socklen_t length = loopback_address(&address, 0, port);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) die("socket:");
+  while (connect(fd, (struct sockaddr*)&address, length) != 0) {
+    if (errno != EINTR) die("connect to port %d:", port);
+  }
+  return fd;
+}
+
+static void read_exactly(int fd, unsigned char* buffer, size_t length) {
+  size_t done = 0;
+  while (done < length) {
+    ssize_t got = read(fd, buffer + done, length - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) die("read:");
+    if (got == 0) die("EOF after %zu of %zu bytes", done, length);
+    done += (size_t)got;
+  }
+}
+
+/* Starts "exec_probe peek-fd FD" by METHOD; its exit status. */
+static int start_peek(const char* method, int fd) {
+  char self[4096];
+  ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length < 0) die("readlink /proc/self/exe:");
+  self[length] = '\0';
+  char fd_text[16];
+  snprintf(fd_text, sizeof(fd_text), "%d", fd);
+  char* argv[] = {self, (char*)"peek-fd", fd_text, NULL};
+  if (strcmp(method, "posix_spawn") == 0 || strcmp(method, "posix_spawnp") == 0) {
+    pid_t pid;
+    int error = method[11] == 'p' ? posix_spawnp(&pid, self, NULL, NULL, argv, environ)
+                                  : posix_spawn(&pid, self, NULL, NULL, argv, environ);
+    if (error != 0) {
+      errno = error;
+      die("%s:", method);
+    }
+    return child_status(pid);
+  }
+  char command[4200];
+  snprintf(command, sizeof(command), "%s peek-fd %d", self, fd);
+  int raw;
+  if (strcmp(method, "system") == 0) {
+    raw = system(command);
+    if (raw < 0) die("system:");
+  } else if (strcmp(method, "popen") == 0) {
+    FILE* pipe = popen(command, "r");
+    if (pipe == NULL) die("popen:");
+    char line[256];
+    while (fgets(line, sizeof(line), pipe) != NULL) fputs(line, stderr);
+    raw = pclose(pipe);
+    if (raw < 0) die("pclose:");
+  } else {
+    die("unknown method '%s'", method);
+  }
+  return WIFEXITED(raw) ? WEXITSTATUS(raw) : 128;
+}
+
+/* A round trip with an echo server (after which qpsock has upgraded the
+ * connection), a program started beside this one that peeks at the socket,
+ * then 1 MiB echoed and compared. */
+static int connect_then_spawn(int port, const char* method) {
+  int fd = connect_loopback_port(port);
+  unsigned char hello[6] = "hello";
+  unsigned char reply[sizeof(hello)];
+  if (write_all(fd, hello, sizeof(hello)) != 0) die("write:");
+  read_exactly(fd, reply, sizeof(reply));
+  if (memcmp(hello, reply, sizeof(hello)) != 0) die("the first echo differs");
+  int status = start_peek(method, fd);
+  if (status != 0) die("the program started by %s exited with %d", method, status);
+  size_t total = 1 << 20;
+  unsigned char* out = malloc(total);
+  unsigned char* in = malloc(total);
+  if (out == NULL || in == NULL) die("out of memory");
+  struct byte_stream stream;
+  byte_stream_init(&stream, 41);
+  byte_stream_fill(&stream, out, total);
+  /* Less than a socket buffer at a time: the echo server writes back as we write. */
+  for (size_t done = 0; done < total; done += 65536) {
+    if (write_all(fd, out + done, 65536) != 0) die("write:");
+    read_exactly(fd, in + done, 65536);
+  }
+  if (memcmp(out, in, total) != 0) die("the echo of 1 MiB differs");
+  fprintf(stderr, "exec_probe: %s: 1 MiB echoed intact after the program it started peeked\n", method);
+  return 0;
+}
+
+static int peek_fd(int fd) {
+  char byte;
+  ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const char* found = got > 0 ? "data" : got == 0 ? "EOF"
+                      : errno == EAGAIN ? "EAGAIN" : errno == ECONNRESET ? "ECONNRESET"
+                      : strerror(errno);
+  fprintf(stderr, "exec_probe: peek-fd %d: %s\n", fd, found);
+  return 0;
+}
+
 static int serve_then_exec(int port, long prefix, char** program) {
   int listener = listen_loopback(0, port);
   int connection;
@@ -143,7 +250,8 @@ int main(int argc, char** argv) {
   program_name = "exec_probe";
   const char* usage =
       "usage: exec_probe report | exit STATUS | clean-exec METHOD PROGRAM [ARGS...] |"
-      " serve-then-exec PORT PREFIX PROGRAM [ARGS...]";
+      " serve-then-exec PORT PREFIX PROGRAM [ARGS...] | connect-then-spawn PORT METHOD |"
+      " peek-fd FD";
   if (argc < 2) die("%s", usage);
   const char* mode = argv[1];
   if (strcmp(mode, "report") == 0 && argc == 2) return report();
@@ -151,5 +259,8 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "clean-exec") == 0 && argc >= 4) return clean_exec(argv[2], argv + 3);
   if (strcmp(mode, "serve-then-exec") == 0 && argc >= 5)
     return serve_then_exec((int)parse_number(argv[2], "port"), parse_number(argv[3], "prefix"), argv + 4);
+  if (strcmp(mode, "connect-then-spawn") == 0 && argc == 4)
+    return connect_then_spawn((int)parse_number(argv[2], "port"), argv[3]);
+  if (strcmp(mode, "peek-fd") == 0 && argc == 3) return peek_fd((int)parse_number(argv[2], "fd"));
   die("%s", usage);
 }

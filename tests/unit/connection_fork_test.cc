@@ -4,16 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <sys/epoll.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <memory>
+#include <string>
 
 #include "readiness/epoll_set.h"
 #include "stream/loopback_stream_pair.h"
 #include "upgrade/connection_registry.h"
+#include "upgrade/inherited_streams.h"
 #include "upgrade/socket_upgrade.h"
 
 namespace qpsock::upgrade {
@@ -136,6 +140,26 @@ TEST_F(ConnectionAfterFork, AChildsEpollSetNeitherTouchesNorDropsItsParentsUpgra
     EXPECT_TRUE(set.remove(sockets[0], result));
   }
   close(epoll_fd);
+}
+
+// posix_spawn, system and popen start a program beside this process: it is
+// told every upgraded socket it inherits, and this process keeps its stream.
+TEST_F(ConnectionAfterFork, AProgramStartedBesideItIsToldTheSocketAndTheStreamStays) {
+  struct stat socket_status {};
+  ASSERT_EQ(fstat(sockets[0], &socket_status), 0);
+  InheritedStreamsMarker inherited;
+  connections_before_spawn(inherited);
+  ASSERT_NE(inherited.assignment(), nullptr);
+  EXPECT_EQ(std::string(inherited.assignment()),
+            std::string(kInheritedStreamsName) + "=" + std::to_string(socket_status.st_ino));
+  EXPECT_NE(connection->stream(), nullptr);
+  EXPECT_EQ(send(sockets[0], "y", 1, MSG_DONTWAIT | MSG_NOSIGNAL), 1);
+
+  // A socket the program does not inherit is not named.
+  ASSERT_EQ(fcntl(sockets[0], F_SETFD, FD_CLOEXEC), 0);
+  InheritedStreamsMarker none;
+  connections_before_spawn(none);
+  EXPECT_EQ(none.assignment(), nullptr);
 }
 
 }  // namespace
