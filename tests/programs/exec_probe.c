@@ -50,6 +50,44 @@ static int child_status(pid_t pid) {
   return 1;
 }
 
+/* Runs ARGV (ARGV[0] an absolute path) as a child by METHOD: posix_spawn or
+ * posix_spawnp with ENVP, or system or popen through the shell with the
+ * current environ (popen's output copied to OUTPUT). Its exit status, or 128
+ * + the signal that ended it; -1 if METHOD is none of these. */
+static int run_beside(const char* method, char** argv, char** envp, FILE* output) {
+  if (strcmp(method, "posix_spawn") == 0 || strcmp(method, "posix_spawnp") == 0) {
+    pid_t pid;
+    int error = method[11] == 'p' ? posix_spawnp(&pid, argv[0], NULL, NULL, argv, envp)
+                                  : posix_spawn(&pid, argv[0], NULL, NULL, argv, envp);
+    if (error != 0) {
+      errno = error;
+      die("%s %s:", method, argv[0]);
+    }
+    return child_status(pid);
+  }
+  if (strcmp(method, "system") != 0 && strcmp(method, "popen") != 0) return -1;
+  char command[4096] = "";
+  for (char** word = argv; *word != NULL; ++word) {
+    if (strlen(command) + strlen(*word) + 2 > sizeof(command)) die("command too long");
+    if (word != argv) strcat(command, " ");
+    strcat(command, *word);
+  }
+  int status;
+  if (method[0] == 's') {
+    status = system(command);
+    if (status < 0) die("system:");
+  } else {
+    FILE* pipe = popen(command, "r");
+    if (pipe == NULL) die("popen:");
+    char line[256];
+    while (fgets(line, sizeof(line), pipe) != NULL) fputs(line, output);
+    status = pclose(pipe);
+    if (status < 0) die("pclose:");
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
 static int clean_exec(const char* method, char** argv) {
   char* empty[] = {NULL};
   const char* path = argv[0];
@@ -79,39 +117,12 @@ static int clean_exec(const char* method, char** argv) {
       _exit(127);
     }
     return child_status(pid);
-  } else if (strcmp(method, "posix_spawn") == 0 || strcmp(method, "posix_spawnp") == 0) {
-    pid_t pid;
-    int error = method[11] == 'p' ? posix_spawnp(&pid, path, NULL, NULL, argv, empty)
-                                  : posix_spawn(&pid, path, NULL, NULL, argv, empty);
-    if (error != 0) {
-      errno = error;
-      die("%s %s:", method, path);
-    }
-    return child_status(pid);
-  } else if (strcmp(method, "system") == 0 || strcmp(method, "popen") == 0) {
-    char command[4096] = "";
-    for (char** word = argv; *word != NULL; ++word) {
-      if (strlen(command) + strlen(*word) + 2 > sizeof(command)) die("command too long");
-      if (word != argv) strcat(command, " ");
-      strcat(command, *word);
-    }
-    if (clearenv() != 0) die("clearenv failed");
-    int status;
-    if (method[0] == 's') {
-      status = system(command);
-      if (status < 0) die("system:");
-    } else {
-      FILE* pipe = popen(command, "r");
-      if (pipe == NULL) die("popen:");
-      char line[256];
-      while (fgets(line, sizeof(line), pipe) != NULL) fputs(line, stdout);
-      status = pclose(pipe);
-      if (status < 0) die("pclose:");
-    }
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   } else {
-    die("unknown method '%s'", method);
+    if ((strcmp(method, "system") == 0 || strcmp(method, "popen") == 0) && clearenv() != 0)
+      die("clearenv failed");
+    int status = run_beside(method, argv, empty, stdout);
+    if (status < 0) die("unknown method '%s'", method);
+    return status;
   }
   die("%s %s:", method, path);
 }
@@ -147,33 +158,9 @@ static int start_peek(const char* method, int fd) {
   char fd_text[16];
   snprintf(fd_text, sizeof(fd_text), "%d", fd);
   char* argv[] = {self, (char*)"peek-fd", fd_text, NULL};
-  if (strcmp(method, "posix_spawn") == 0 || strcmp(method, "posix_spawnp") == 0) {
-    pid_t pid;
-    int error = method[11] == 'p' ? posix_spawnp(&pid, self, NULL, NULL, argv, environ)
-                                  : posix_spawn(&pid, self, NULL, NULL, argv, environ);
-    if (error != 0) {
-      errno = error;
-      die("%s:", method);
-    }
-    return child_status(pid);
-  }
-  char command[4200];
-  snprintf(command, sizeof(command), "%s peek-fd %d", self, fd);
-  int raw;
-  if (strcmp(method, "system") == 0) {
-    raw = system(command);
-    if (raw < 0) die("system:");
-  } else if (strcmp(method, "popen") == 0) {
-    FILE* pipe = popen(command, "r");
-    if (pipe == NULL) die("popen:");
-    char line[256];
-    while (fgets(line, sizeof(line), pipe) != NULL) fputs(line, stderr);
-    raw = pclose(pipe);
-    if (raw < 0) die("pclose:");
-  } else {
-    die("unknown method '%s'", method);
-  }
-  return WIFEXITED(raw) ? WEXITSTATUS(raw) : 128;
+  int status = run_beside(method, argv, environ, stderr);
+  if (status < 0) die("unknown method '%s'", method);
+  return status;
 }
 
 /* A round trip with an echo server (after which qpsock has upgraded the
