@@ -44,6 +44,11 @@ bool RendezvousSender::settled(uint32_t id) const {
          (entry->outcome != RendezvousOutcome::pending && entry->writes_in_flight == 0);
 }
 
+bool RendezvousSender::begun(uint32_t id) const {
+  const Entry* entry = find(id);
+  return entry != nullptr && entry->requested > 0;
+}
+
 std::optional<LocalSlice> RendezvousSender::accept_write_request(uint32_t id, uint64_t offset,
                                                                  uint64_t length) {
   Entry* entry = find(id);

@@ -36,6 +36,9 @@ class RendezvousSender {
   // Answered, and none of our writes of it still reads its buffer: the
   // sending thread may give the buffer back.
   bool settled(uint32_t id) const;
+  // RendezvousMethod::write: the receiver has asked for some of it, so it
+  // takes it whole unless the stream breaks (a cancel would be ignored).
+  bool begun(uint32_t id) const;
   // RendezvousMethod::write: the receiver asks for `length` bytes from
   // `offset` of rendezvous `id`. The slice to write them from (counted as a
   // write in flight until on_write_completed), or nothing if the request

@@ -19,7 +19,8 @@ ssize_t Stream::send_rendezvous(StateLock& state, ByteRange piece, const Registr
   const auto patience_ends = Clock::now() + settings_.rendezvous_patience;
   const bool sooner_than_timeout = !deadline || patience_ends < *deadline;
   // The buffer may be reused only once the peer has answered (or cannot read
-  // it any more: a broken stream has disconnected the transport).
+  // it any more: a broken stream has disconnected the transport). Once a
+  // cancel is asked, or the peer has begun, the wait is for the end.
   bool cancel_asked = false;
   ssize_t if_declined = -EINTR;
   for (;;) {
@@ -40,13 +41,18 @@ ssize_t Stream::send_rendezvous(StateLock& state, ByteRange piece, const Registr
         state, [&] { return rendezvous_out_.settled(id); },
         {.interruptible = !cancel_asked, .deadline = wait_deadline});
     if (cancel_asked || (waited != -EINTR && waited != -ETIMEDOUT)) continue;
+    cancel_asked = true;
+    // The peer asks for it piece by piece (RendezvousMethod::write) and has
+    // begun: it takes it whole, and a cancel would be ignored, at the cost of
+    // a message and a doorbell for every write that takes longer than the
+    // patience (over Soft-RoCE a 1 MiB write takes about 30 ms).
+    if (rendezvous_out_.begun(id)) continue;
     // Declined after a signal: EINTR; after SO_SNDTIMEO ran out: EAGAIN;
     // after the patience: copy it.
     if (waited == -ETIMEDOUT) if_declined = sooner_than_timeout ? 0 : -EAGAIN;
     QPSOCK_LOG(debug, "stream: withdrawing rendezvous %u (%zu bytes): %s", id, piece.length,
                if_declined == 0 ? "not taken within the patience; copying it if declined"
                : if_declined == -EAGAIN ? "SO_SNDTIMEO ran out" : "interrupted by a signal");
-    cancel_asked = true;
     cancel_rendezvous_locked(id);
   }
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <thread>
@@ -281,6 +282,39 @@ TEST(StreamRendezvousPatience, ARendezvousNobodyTakesIsWithdrawnAndCopied) {
   EXPECT_EQ(first_mismatch(8, 0, {in.data() + first.size(), data.size()}), -1);
   EXPECT_EQ(reader.rendezvous_counts().pieces_pulled, 0u);
   }
+}
+
+// RendezvousMethod::write: once the reader has asked for some of it, a write
+// that outlasts the patience is not cancelled (the cancel would be ignored,
+// and cost a message and a doorbell each time): no doorbell rings, and every
+// byte arrives.
+TEST(StreamRendezvousPatience, AWriteTheReaderHasBegunIsNotCancelledWhenThePatienceRunsOut) {
+  StreamSettings settings = small_settings(RendezvousMethod::write);
+  settings.rendezvous_patience = 5ms;
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair), 0);
+  int control[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
+  pair.first->set_control_channel(control[0], [](short) { return ControlVerdict::keep_waiting; });
+  Watchdog watchdog(60s);
+  std::vector<uint8_t> data(1 << 20);
+  fill_pattern(12, 0, data);
+  std::thread sender(
+      [&] { EXPECT_EQ(send_bytes(*pair.first, data), static_cast<ssize_t>(data.size())); });
+  std::vector<uint8_t> in(data.size());
+  // 100 bytes begin it (a pull into the bounce buffer); the rest comes after
+  // several patiences.
+  ASSERT_EQ(receive_bytes(*pair.second, {in.data(), 100}), 100);
+  std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(receive_bytes(*pair.second, {in.data() + 100, in.size() - 100}, MSG_WAITALL),
+            static_cast<ssize_t>(in.size() - 100));
+  sender.join();
+  EXPECT_EQ(first_mismatch(12, 0, in), -1);
+  char doorbell;
+  EXPECT_EQ(recv(control[1], &doorbell, 1, MSG_DONTWAIT), -1) << "a doorbell rang";
+  EXPECT_EQ(errno, EAGAIN);
+  ::close(control[0]);
+  ::close(control[1]);
 }
 
 // A registration cache that has nothing to give.
