@@ -128,6 +128,9 @@ ssize_t sendmsg(int fd, const msghdr* message, int flags) {
     if (message_refused(*message)) return -1;
     return connection->send(fd, {message->msg_iov, message->msg_iovlen}, flags);
   }
+  // A null message is the kernel's to refuse (EFAULT).
+  if (message != nullptr && message->msg_controllen != 0)
+    upgrade::connections_before_passing(*message);
   return count_sent(fd, next::sendmsg(fd, message, flags));
 }
 
@@ -155,6 +158,9 @@ int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
     errno = saved_errno;
     return static_cast<int>(done);
   }
+  for (unsigned int index = 0; messages != nullptr && index < count; ++index)
+    if (messages[index].msg_hdr.msg_controllen != 0)
+      upgrade::connections_before_passing(messages[index].msg_hdr);
   return count_messages(fd, next::sendmmsg(fd, messages, count, flags), messages,
                         stats::Direction::sent, flags);
 }

@@ -94,7 +94,7 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   raw->set_control_channel(tcp_fd, [this, raw](short revents) {
     if (!receiving_switched()) return stream::ControlVerdict::stop_watching;
     if ((revents & POLLERR) != 0) return stream::ControlVerdict::connection_lost;
-    switch (stream::take_doorbells(control_fd())) {
+    switch (remember_reset(stream::take_doorbells(control_fd()))) {
       case stream::ControlState::quiet:
         return stream::ControlVerdict::keep_waiting;
       case stream::ControlState::end_of_file:
@@ -114,9 +114,9 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
     }
     return stream::ControlVerdict::connection_lost;
   }, [this] {
-    return stream::read_control_state(control_fd(), receiving_switched()
-                                                  ? stream::DoorbellsPossible::yes
-                                                  : stream::DoorbellsPossible::no);
+    return remember_reset(stream::read_control_state(control_fd(), receiving_switched()
+                                                                 ? stream::DoorbellsPossible::yes
+                                                                 : stream::DoorbellsPossible::no));
   });
   // SO_RCVLOWAT set before the upgrade; later changes come through setsockopt.
   copy_receive_low_water(tcp_fd, *raw);
@@ -126,6 +126,11 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   report_path();
   // Renumbered while the handshake ran (control_fd_left found no stream then).
   if (find_connection(tcp_fd).get() != this) control_fd_left(tcp_fd);
+}
+
+stream::ControlState Connection::remember_reset(stream::ControlState state) {
+  if (state == stream::ControlState::gone) tcp_reset_seen_.store(true, std::memory_order_release);
+  return tcp_reset_seen_.load(std::memory_order_acquire) ? stream::ControlState::gone : state;
 }
 
 void Connection::answer_doorbell() {

@@ -141,6 +141,10 @@ class Connection {
   ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
   // The kernel's SO_RCVLOWAT for the socket, given to the stream.
   static void copy_receive_low_water(int tcp_fd, stream::Stream& stream);
+  // A TCP reset is reported once (the read that sees it clears the socket's
+  // error; later ones read end of file, as for the peer's FIN): whoever looks
+  // at the control channel next must still hear "gone", not an orderly end.
+  stream::ControlState remember_reset(stream::ControlState state);
   ssize_t send_over_stream(int fd, std::span<const iovec> data, int flags, stream::Blocking blocking);
   void try_switch_sending(int fd);
   ssize_t receive_discarding(int fd, size_t length, int flags);
@@ -205,9 +209,13 @@ class Connection {
   std::atomic<bool> send_switch_allowed_{false};
   std::atomic<bool> send_switched_{false};
   std::atomic<bool> cork_flush_scheduled_{false};
+  // The control channel read a reset once (remember_reset).
+  std::atomic<bool> tcp_reset_seen_{false};
   std::atomic<uint64_t> tcp_sent_{0};
 
   // Receiving.
+  // The application was told of the TCP reset (under receive_mutex_).
+  bool reset_reported_ = false;
   std::mutex receive_mutex_;
   uint64_t tcp_received_ = 0;
   int64_t switch_point_ = -1;  // the peer's TCP byte count at its switch, once known

@@ -165,6 +165,10 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
     ssize_t got = next::recvmsg(fd, &message, flags | MSG_DONTWAIT);
     if (got < 0) {
       const int error = errno;
+      if (error == ECONNRESET) {
+        remember_reset(stream::ControlState::gone);
+        reset_reported_ = true;
+      }
       if (error != EAGAIN) return failed(-error);
       lock.unlock();
       if (!blocking()) return failed(-EAGAIN);
@@ -173,6 +177,12 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
     }
     if (got == 0) {
       if (total_length(pieces) == 0 && total_length(buffers) > 0) continue;
+      // The control channel may have read the reset first (it clears the
+      // socket's error): the application hears it once, as from the kernel.
+      if (tcp_reset_seen_.load(std::memory_order_acquire) && !reset_reported_) {
+        reset_reported_ = true;
+        return failed(-ECONNRESET);
+      }
       return 0;  // the peer's FIN, before any switch: the real end
     }
     // Did these bytes run into the token? Only if the header is here by now.

@@ -9,6 +9,7 @@
 #include "config/config_loader.h"
 #include "libc/next_symbols.h"
 #include "upgrade/connection_registry.h"
+#include "upgrade/connection_reset.h"
 #include "upgrade/handshake.h"
 #include "upgrade/io_uring_detector.h"
 #include "upgrade/side_channel.h"
@@ -196,7 +197,6 @@ void connections_before_exec(InheritedStreamsMarker& inherited) {
   ErrnoGuard errno_guard;
   if (!any_connections()) return;
   visit_inheritable_streams([&inherited](int fd, Connection& connection) {
-    stream::Stream* stream = connection.stream();
     if (connection.inherited_stream()) {
       // Another process's stream: the new program is told, and refuses it too.
       name_socket(fd, inherited);
@@ -204,13 +204,8 @@ void connections_before_exec(InheritedStreamsMarker& inherited) {
     }
     QPSOCK_LOG(error, "fd %d: an upgraded connection cannot be inherited across exec yet; "
                "resetting it", fd);
-    stream->abort();
-    // connect(AF_UNSPEC) disconnects a TCP socket with a reset: the peer's
-    // qpsock hears it on the TCP connection, and the new image sees the
-    // socket unconnected rather than a stream it cannot read.
-    sockaddr unspecified{};
-    unspecified.sa_family = AF_UNSPEC;
-    next::connect(fd, &unspecified, sizeof(unspecified));
+    // The new image sees the socket unconnected rather than a stream it cannot read.
+    reset_upgraded_connection(fd, connection);
   });
 }
 

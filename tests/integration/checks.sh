@@ -12,6 +12,7 @@
 #             killed alone would leave its program running)
 #   pass/fail one "ok:"/"FAIL:" line each; fail counts into $failures
 #   out_octets the kernel's IP output byte counter (IpExt OutOctets)
+#   listening PORT  whether a TCP listener is on PORT
 if [[ ${1:-} == --own-network-namespace ]]; then
   shift
   if [[ ${QPSOCK_IN_NAMESPACE:-} != 1 ]]; then
@@ -36,5 +37,10 @@ trap cleanup EXIT
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 pass() { echo "ok: $*" >&2; }
+# listening PORT: something listens on TCP PORT (IPv4) here.
+listening() {
+  awk -v port="$(printf '%04X' "$1")" '$4 == "0A" { split($2, a, ":"); if (a[2] == port) found = 1 }
+                                           END { exit !found }' /proc/net/tcp
+}
 # What the kernel's IP layer has sent (the namespace's own, in one).
 out_octets() { awk '/^IpExt:/ { if (header) { print $9; exit } header = 1 }' /proc/net/netstat; }

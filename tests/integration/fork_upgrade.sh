@@ -30,11 +30,6 @@ PORT=7411
 # overlap, and every one goes well past its upgrade.
 CLIENT_OPTIONS=(-B -c "$CONNECTIONS" -b 4194304 -s 21)
 
-listening() {
-  awk -v port="$(printf '%04X' "$PORT")" '$4 == "0A" { split($2, a, ":"); if (a[2] == port) found = 1 }
-                                           END { exit !found }' /proc/net/tcp
-}
-
 # run_pair NAME RUNNER [SERVER_OPTION...]: fork_echo_server and echo_client
 # both under RUNNER (plain or qpsock). Sets PARENT to the server program's pid.
 PARENT=
@@ -45,7 +40,7 @@ run_pair() {
   timeout -k 5 60 "${prefix[@]}" "$SERVER" -n "$CONNECTIONS" "$@" "$PORT" 2>"$WORK/$name.server.log" &
   local server_pid=$!
   PIDS+=("$server_pid")
-  for _ in $(seq 250); do listening && break; sleep 0.02; done
+  for _ in $(seq 250); do listening "$PORT" && break; sleep 0.02; done
   # The program itself, not the timeout: its only child once it listens.
   PARENT=$(pgrep -P "$server_pid" | head -n 1) || PARENT=
   local status=0 server_status=0

@@ -1,0 +1,15 @@
+// Ending an upgraded connection whose stream cannot go where its socket goes
+// (a new program image, another process): both ends see a reset rather than
+// a silently broken stream.
+#pragma once
+
+#include "upgrade/connection.h"
+
+namespace qpsock::upgrade {
+
+// Aborts `connection`'s stream and disconnects the TCP socket `fd` with a
+// reset (connect(AF_UNSPEC)): the peer's qpsock hears it on the TCP
+// connection, and whoever holds the socket next finds it unconnected.
+void reset_upgraded_connection(int fd, Connection& connection);
+
+}  // namespace qpsock::upgrade
