@@ -2,7 +2,9 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -15,29 +17,47 @@
 namespace qpsock::upgrade {
 namespace {
 
-// The inodes the environment names; how many (at most `capacity`).
-size_t parse_inodes(const char* text, uint64_t* inodes, size_t capacity) {
-  size_t count = 0;
-  while (*text != '\0' && count < capacity) {
+// Whether the environment's list, "INODE,INODE,...", names `inode`.
+bool named(uint64_t inode, const char* text) {
+  while (*text != '\0') {
     char* end = nullptr;
     const unsigned long long value = strtoull(text, &end, 10);
-    if (end == text) break;
-    if (value != 0) inodes[count++] = value;
+    if (end == text) return false;
+    if (value == inode) return true;
     text = *end == ',' ? end + 1 : end;
   }
-  return count;
-}
-
-bool named(uint64_t inode, const uint64_t* inodes, size_t count) {
-  for (size_t index = 0; index < count; ++index)
-    if (inodes[index] == inode) return true;
   return false;
 }
 
 }  // namespace
 
+InheritedStreamsMarker::~InheritedStreamsMarker() {
+  if (text_ != nullptr) munmap(text_, capacity_);
+}
+
+bool InheritedStreamsMarker::make_room(size_t bytes) {
+  if (length_ + bytes + 1 <= capacity_) return true;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size_t wanted = capacity_ == 0 ? page : capacity_ * 2;
+  while (wanted < length_ + bytes + 1) wanted *= 2;
+  void* grown = text_ == nullptr
+                    ? mmap(nullptr, wanted, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                    : mremap(text_, capacity_, wanted, MREMAP_MAYMOVE);
+  if (grown == MAP_FAILED) return false;
+  text_ = static_cast<char*>(grown);
+  capacity_ = wanted;
+  return true;
+}
+
 void InheritedStreamsMarker::add(uint64_t inode) {
-  if (count_ == kMostSockets) return;
+  if (full_) return;
+  // The name, "=", a comma and 20 digits at most.
+  if (!make_room(sizeof(kInheritedStreamsName) + 22)) {
+    full_ = true;
+    QPSOCK_LOG(error, "%s: no memory to name more than %zu inherited sockets; the new program "
+               "may find the others empty", kInheritedStreamsName, count_);
+    return;
+  }
   // By hand, not snprintf: this runs in forked children (async-signal-safe).
   if (count_ == 0) {
     memcpy(text_, kInheritedStreamsName, sizeof(kInheritedStreamsName) - 1);
@@ -61,10 +81,10 @@ void adopt_inherited_streams() {
   const char* text = getenv(kInheritedStreamsName);
   if (text == nullptr) return;
   ErrnoGuard errno_guard;
-  uint64_t inodes[InheritedStreamsMarker::kMostSockets];
-  const size_t count = parse_inodes(text, inodes, InheritedStreamsMarker::kMostSockets);
+  // unsetenv leaves the string itself alone (it belongs to the environment
+  // block exec built), so `text` stays readable.
   unsetenv(kInheritedStreamsName);
-  if (count == 0) return;
+  if (*text == '\0') return;
   DIR* directory = opendir("/proc/self/fd");
   if (directory == nullptr) return;
   while (dirent* entry = readdir(directory)) {
@@ -73,7 +93,7 @@ void adopt_inherited_streams() {
     if (end == entry->d_name || *end != '\0' || fd == dirfd(directory)) continue;
     struct stat status{};
     if (fstat(static_cast<int>(fd), &status) != 0 || !S_ISSOCK(status.st_mode) ||
-        !named(status.st_ino, inodes, count))
+        !named(status.st_ino, text))
       continue;
     auto connection = std::make_shared<Connection>(config::Role::client);
     connection->mark_inherited_stream();

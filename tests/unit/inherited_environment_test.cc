@@ -3,7 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "upgrade/connection_registry.h"
 #include "upgrade/inherited_streams.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -92,13 +97,45 @@ TEST_F(InheritedEnvironmentTest, TheInheritedStreamsNamedNowReplaceTheOnesTheEnv
   EXPECT_EQ(as_strings(without.get()), (std::vector<std::string>{preload, configuration, level}));
 }
 
-TEST_F(InheritedEnvironmentTest, TheMarkerNamesAtMostItsCapacity) {
+TEST_F(InheritedEnvironmentTest, TheMarkerNamesEverySocketItIsGiven) {
   upgrade::InheritedStreamsMarker marker;
-  for (uint64_t inode = 1; inode <= 40; ++inode) marker.add(18446744073709551615ull - inode);
+  // 2000 of the longest numbers: the marker's memory grows several times.
+  for (uint64_t inode = 1; inode <= 2000; ++inode) marker.add(18446744073709551615ull - inode);
+  EXPECT_EQ(marker.count(), 2000u);
   const std::string text = marker.assignment();
-  EXPECT_EQ(std::count(text.begin(), text.end(), ','),
-            static_cast<long>(upgrade::InheritedStreamsMarker::kMostSockets) - 1);
+  EXPECT_EQ(std::count(text.begin(), text.end(), ','), 1999);
   EXPECT_EQ(text.rfind("QPSOCK_INHERITED_STREAMS=18446744073709551614,", 0), 0u);
+  EXPECT_EQ(text.substr(text.size() - 21), ",18446744073709549615");
+}
+
+// The new program's side: every socket the list names, however many, gets a
+// Connection that refuses its calls; the others stay plain.
+TEST(InheritedStreamsAdoption, EverySocketNamedIsRefusedAndNoOther) {
+  constexpr int kPairs = 50;
+  int pairs[kPairs][2];
+  upgrade::InheritedStreamsMarker marker;
+  for (auto& pair : pairs) {
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+    struct stat status{};
+    ASSERT_EQ(fstat(pair[0], &status), 0);
+    marker.add(status.st_ino);
+  }
+  const std::string assignment = marker.assignment();
+  const std::string list = assignment.substr(assignment.find('=') + 1);
+  ASSERT_EQ(setenv(upgrade::kInheritedStreamsName, list.c_str(), 1), 0);
+  upgrade::adopt_inherited_streams();
+  EXPECT_EQ(getenv(upgrade::kInheritedStreamsName), nullptr) << "the variable stays";
+  int refused = 0, plain = 0;
+  for (auto& pair : pairs) {
+    const auto named = upgrade::find_connection(pair[0]);
+    refused += named != nullptr && named->inherited_stream() ? 1 : 0;
+    plain += upgrade::find_connection(pair[1]) == nullptr ? 1 : 0;
+    upgrade::detach_connection(pair[0]);
+    close(pair[0]);
+    close(pair[1]);
+  }
+  EXPECT_EQ(refused, kPairs);
+  EXPECT_EQ(plain, kPairs);
 }
 
 }  // namespace
