@@ -51,11 +51,15 @@ bool InheritedStreamsMarker::make_room(size_t bytes) {
 
 void InheritedStreamsMarker::add(uint64_t inode) {
   if (full_) return;
-  // The name, "=", a comma and 20 digits at most.
-  if (!make_room(sizeof(kInheritedStreamsName) + 22)) {
+  // The name, "=", a comma and 20 digits at most. execve refuses (E2BIG)
+  // an environment string longer than MAX_ARG_STRLEN (32 pages) with its null.
+  constexpr size_t kLongestEntry = sizeof(kInheritedStreamsName) + 22;
+  constexpr size_t kLongestAssignment = 32 * 4096 - 1;
+  if (length_ + kLongestEntry > kLongestAssignment || !make_room(kLongestEntry)) {
     full_ = true;
-    QPSOCK_LOG(error, "%s: no memory to name more than %zu inherited sockets; the new program "
-               "may find the others empty", kInheritedStreamsName, count_);
+    QPSOCK_LOG(error, "%s: cannot name more than %zu inherited sockets (the environment's "
+               "limit, or no memory); the new program may find the others empty",
+               kInheritedStreamsName, count_);
     return;
   }
   // By hand, not snprintf: this runs in forked children (async-signal-safe).

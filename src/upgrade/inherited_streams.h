@@ -19,8 +19,9 @@ inline constexpr char kInheritedStreamsName[] = "QPSOCK_INHERITED_STREAMS";
 // with mmap and grown with mremap, never malloc'ed: exec runs in forked
 // children of multi-threaded programs, where malloc may be locked. Names
 // every socket it is given (a server may have thousands of connections when
-// it runs system()); if the memory cannot grow, the rest are left out and
-// one line says so.
+// it runs system()), up to what one environment string may hold (128 KiB:
+// about 6000); if that is reached or the memory cannot grow, the rest are
+// left out and one line says so.
 class InheritedStreamsMarker {
  public:
   InheritedStreamsMarker() = default;

@@ -108,6 +108,17 @@ TEST_F(InheritedEnvironmentTest, TheMarkerNamesEverySocketItIsGiven) {
   EXPECT_EQ(text.substr(text.size() - 21), ",18446744073709549615");
 }
 
+// execve refuses an environment string of more than 128 KiB (E2BIG): the
+// marker stops short of it.
+TEST_F(InheritedEnvironmentTest, TheMarkerStaysWithinWhatExecTakes) {
+  upgrade::InheritedStreamsMarker marker;
+  for (uint64_t inode = 1; inode <= 10000; ++inode) marker.add(18446744073709551615ull - inode);
+  const std::string text = marker.assignment();
+  EXPECT_LT(text.size() + 1, 128u * 1024u);
+  EXPECT_GT(marker.count(), 6000u);
+  EXPECT_LT(marker.count(), 10000u);
+}
+
 // The new program's side: every socket the list names, however many, gets a
 // Connection that refuses its calls; the others stay plain.
 TEST(InheritedStreamsAdoption, EverySocketNamedIsRefusedAndNoOther) {
