@@ -129,8 +129,12 @@ ssize_t sendmsg(int fd, const msghdr* message, int flags) {
     return connection->send(fd, {message->msg_iov, message->msg_iovlen}, flags);
   }
   // A null message is the kernel's to refuse (EFAULT).
-  if (message != nullptr && message->msg_controllen != 0)
-    upgrade::connections_before_passing(*message);
+  if (message != nullptr && message->msg_controllen != 0) {
+    if (const int refused = upgrade::connections_before_passing(fd, *message, flags); refused < 0) {
+      errno = -refused;
+      return -1;
+    }
+  }
   return count_sent(fd, next::sendmsg(fd, message, flags));
 }
 
@@ -158,9 +162,22 @@ int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
     errno = saved_errno;
     return static_cast<int>(done);
   }
-  for (unsigned int index = 0; messages != nullptr && index < count; ++index)
-    if (messages[index].msg_hdr.msg_controllen != 0)
-      upgrade::connections_before_passing(messages[index].msg_hdr);
+  // The kernel sends at most UIO_MAXIOV of them; a message whose passing
+  // would wait, in a call that may not, ends the batch before it.
+  if (messages != nullptr) {
+    count = std::min<unsigned int>(count, UIO_MAXIOV);
+    for (unsigned int index = 0; index < count; ++index) {
+      if (messages[index].msg_hdr.msg_controllen == 0) continue;
+      const int refused = upgrade::connections_before_passing(fd, messages[index].msg_hdr, flags);
+      if (refused == 0) continue;
+      if (index == 0) {
+        errno = -refused;
+        return -1;
+      }
+      count = index;
+      break;
+    }
+  }
   return count_messages(fd, next::sendmmsg(fd, messages, count, flags), messages,
                         stats::Direction::sent, flags);
 }

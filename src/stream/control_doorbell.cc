@@ -16,7 +16,16 @@ void ring_doorbell(int tcp_fd) {
   next::send(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-ControlState take_doorbells(int tcp_fd) {
+namespace {
+
+ControlState gone_with(int* error, int value) {
+  if (error != nullptr) *error = value;
+  return ControlState::gone;
+}
+
+}  // namespace
+
+ControlState take_doorbells(int tcp_fd, int* error) {
   ErrnoGuard errno_guard;
   char bytes[64];
   for (;;) {
@@ -24,15 +33,16 @@ ControlState take_doorbells(int tcp_fd) {
     if (got == 0) return ControlState::end_of_file;
     if (got < 0) {
       if (errno == EINTR) continue;
-      return errno == EAGAIN || errno == EWOULDBLOCK ? ControlState::quiet : ControlState::gone;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return ControlState::quiet;
+      return gone_with(error, errno);
     }
     if (!std::all_of(bytes, bytes + got, [](char byte) { return byte == kDoorbellByte; }))
-      return ControlState::gone;
+      return gone_with(error, ECONNRESET);
   }
 }
 
-ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells) {
-  if (doorbells == DoorbellsPossible::yes) return take_doorbells(tcp_fd);
+ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells, int* error) {
+  if (doorbells == DoorbellsPossible::yes) return take_doorbells(tcp_fd, error);
   ErrnoGuard errno_guard;
   char byte;
   for (;;) {
@@ -40,7 +50,8 @@ ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells) {
     if (got == 0) return ControlState::end_of_file;
     if (got > 0) return ControlState::quiet;
     if (errno == EINTR) continue;
-    return errno == EAGAIN || errno == EWOULDBLOCK ? ControlState::quiet : ControlState::gone;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return ControlState::quiet;
+    return gone_with(error, errno);
   }
 }
 

@@ -23,8 +23,10 @@ enum class ControlState {
 
 // Reads every doorbell byte waiting on `tcp_fd` (only after the receiving
 // direction switched: before it, TCP bytes are the application's). Leaves
-// errno as it was.
-ControlState take_doorbells(int tcp_fd);
+// errno as it was. When gone, `error` (if given) is the socket's error the
+// read took (a read clears it: ECONNRESET, ETIMEDOUT...), ECONNRESET for a
+// byte that is not a doorbell.
+ControlState take_doorbells(int tcp_fd, int* error = nullptr);
 
 enum class DoorbellsPossible : bool { no, yes };
 
@@ -33,8 +35,8 @@ enum class DoorbellsPossible : bool { no, yes };
 // application bytes still to read). Once doorbells are possible (the
 // receiving direction switched) they are taken first; before that, TCP
 // bytes are the application's, and only a peek looks at them. Leaves errno
-// as it was.
-ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells);
+// as it was; `error` as for take_doorbells.
+ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells, int* error = nullptr);
 // Whether it reads end of file now (the peer's FIN).
 bool control_reads_end_of_file(int tcp_fd, DoorbellsPossible doorbells);
 

@@ -32,11 +32,23 @@ void Connection::decline(const char* reason) {
   UpgradePhase current = phase_.load(std::memory_order_acquire);
   while (current == UpgradePhase::offered || current == UpgradePhase::negotiating) {
     if (phase_.compare_exchange_weak(current, UpgradePhase::declined, std::memory_order_acq_rel)) {
-      decline_reason_.store(reason, std::memory_order_release);
-      report_path();
+      record_decline(reason);
       return;
     }
   }
+}
+
+bool Connection::decline_if_offered(const char* reason) {
+  UpgradePhase expected = UpgradePhase::offered;
+  if (!phase_.compare_exchange_strong(expected, UpgradePhase::declined, std::memory_order_acq_rel))
+    return false;
+  record_decline(reason);
+  return true;
+}
+
+void Connection::record_decline(const char* reason) {
+  decline_reason_.store(reason, std::memory_order_release);
+  report_path();
 }
 
 void Connection::attach_statistics(stats::Handle handle) {
@@ -94,7 +106,8 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   raw->set_control_channel(tcp_fd, [this, raw](short revents) {
     if (!receiving_switched()) return stream::ControlVerdict::stop_watching;
     if ((revents & POLLERR) != 0) return stream::ControlVerdict::connection_lost;
-    switch (remember_reset(stream::take_doorbells(control_fd()))) {
+    int error = 0;
+    switch (remember_tcp_error(stream::take_doorbells(control_fd(), &error), error)) {
       case stream::ControlState::quiet:
         return stream::ControlVerdict::keep_waiting;
       case stream::ControlState::end_of_file:
@@ -114,9 +127,11 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
     }
     return stream::ControlVerdict::connection_lost;
   }, [this] {
-    return remember_reset(stream::read_control_state(control_fd(), receiving_switched()
-                                                                 ? stream::DoorbellsPossible::yes
-                                                                 : stream::DoorbellsPossible::no));
+    int error = 0;
+    const stream::ControlState state = stream::read_control_state(
+        control_fd(),
+        receiving_switched() ? stream::DoorbellsPossible::yes : stream::DoorbellsPossible::no, &error);
+    return remember_tcp_error(state, error);
   });
   // SO_RCVLOWAT set before the upgrade; later changes come through setsockopt.
   copy_receive_low_water(tcp_fd, *raw);
@@ -128,9 +143,33 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   if (find_connection(tcp_fd).get() != this) control_fd_left(tcp_fd);
 }
 
-stream::ControlState Connection::remember_reset(stream::ControlState state) {
-  if (state == stream::ControlState::gone) tcp_reset_seen_.store(true, std::memory_order_release);
-  return tcp_reset_seen_.load(std::memory_order_acquire) ? stream::ControlState::gone : state;
+stream::ControlState Connection::remember_tcp_error(stream::ControlState state, int error) {
+  if (state == stream::ControlState::gone) {
+    int none = 0;
+    tcp_error_seen_.compare_exchange_strong(none, error != 0 ? error : ECONNRESET,
+                                            std::memory_order_acq_rel);
+  }
+  return tcp_error_seen_.load(std::memory_order_acquire) != 0 ? stream::ControlState::gone : state;
+}
+
+void Connection::application_saw_tcp_error(int error) {
+  // Only the socket's own errors (what SO_ERROR holds), not a bad argument.
+  switch (error) {
+    case ECONNRESET: case ECONNABORTED: case ECONNREFUSED: case ETIMEDOUT:
+    case EHOSTUNREACH: case ENETUNREACH: case EHOSTDOWN: case ENETDOWN:
+      break;
+    default:
+      return;
+  }
+  int none = 0;
+  tcp_error_seen_.compare_exchange_strong(none, error, std::memory_order_acq_rel);
+  tcp_error_reported_.store(true, std::memory_order_release);
+}
+
+int Connection::take_remembered_tcp_error() {
+  const int error = tcp_error_seen_.load(std::memory_order_acquire);
+  if (error == 0 || tcp_error_reported_.exchange(true, std::memory_order_acq_rel)) return 0;
+  return error;
 }
 
 void Connection::answer_doorbell() {
@@ -258,6 +297,7 @@ int Connection::take_error(int fd, int& error) {
   if (stream::Stream* current = stream(); current != nullptr && switched()) {
     error = current->take_error();
     if (error != 0) {
+      application_saw_tcp_error(error);
       // The kernel's socket, now only the control channel, may hold the same
       // event (the peer's reset reaches it too): reported once, as TCP does.
       int kernel_error = 0;
@@ -267,7 +307,11 @@ int Connection::take_error(int fd, int& error) {
     }
   }
   socklen_t length = sizeof(error);
-  return next::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? 0 : -errno;
+  if (next::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) return -errno;
+  if (error != 0) application_saw_tcp_error(error);
+  // Before the switch, the control channel may have taken the kernel's report.
+  else if (!switched()) error = take_remembered_tcp_error();
+  return 0;
 }
 
 int Connection::shutdown(int fd, int how) {

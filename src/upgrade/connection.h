@@ -55,6 +55,9 @@ class Connection {
   bool begin_negotiation();
   // Stays on TCP for good; `reason` (a string literal) goes to qpsock-stat.
   void decline(const char* reason);
+  // The same, only if no handshake has begun (a handshake's thread installs
+  // its stream whatever another thread decided): false otherwise.
+  bool decline_if_offered(const char* reason);
   // The statistics row of the connection (the socket layer records it once
   // connect or accept has succeeded, which may be after the upgrade ended):
   // the Connection keeps its path and counts the bytes it moves on each.
@@ -141,10 +144,21 @@ class Connection {
   ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
   // The kernel's SO_RCVLOWAT for the socket, given to the stream.
   static void copy_receive_low_water(int tcp_fd, stream::Stream& stream);
-  // A TCP reset is reported once (the read that sees it clears the socket's
-  // error; later ones read end of file, as for the peer's FIN): whoever looks
-  // at the control channel next must still hear "gone", not an orderly end.
-  stream::ControlState remember_reset(stream::ControlState state);
+  // Just declined: the reason kept, the path reported.
+  void record_decline(const char* reason);
+  // A TCP reset (or timeout) is reported once: the read that sees it clears
+  // the socket's error, and later ones read end of file, as for the peer's
+  // FIN. So the error the control channel read (`state` gone, `error`) is
+  // kept: whoever looks at the control channel next still hears "gone", not
+  // an orderly end, and the application's next call on TCP reports it once
+  // (take_remembered_tcp_error), as the kernel would have.
+  stream::ControlState remember_tcp_error(stream::ControlState state, int error);
+  // The application's own call took the socket's error (a connection error
+  // such as ECONNRESET or ETIMEDOUT; others are ignored): nothing left to report.
+  void application_saw_tcp_error(int error);
+  // The error the control channel took from the socket, if the application
+  // has not been told yet (then it is, by this call); 0 otherwise.
+  int take_remembered_tcp_error();
   ssize_t send_over_stream(int fd, std::span<const iovec> data, int flags, stream::Blocking blocking);
   void try_switch_sending(int fd);
   ssize_t receive_discarding(int fd, size_t length, int flags);
@@ -209,13 +223,13 @@ class Connection {
   std::atomic<bool> send_switch_allowed_{false};
   std::atomic<bool> send_switched_{false};
   std::atomic<bool> cork_flush_scheduled_{false};
-  // The control channel read a reset once (remember_reset).
-  std::atomic<bool> tcp_reset_seen_{false};
+  // The socket's error the control channel or the application read (0:
+  // none), and whether the application was told (remember_tcp_error).
+  std::atomic<int> tcp_error_seen_{0};
+  std::atomic<bool> tcp_error_reported_{false};
   std::atomic<uint64_t> tcp_sent_{0};
 
   // Receiving.
-  // The application was told of the TCP reset (under receive_mutex_).
-  bool reset_reported_ = false;
   std::mutex receive_mutex_;
   uint64_t tcp_received_ = 0;
   int64_t switch_point_ = -1;  // the peer's TCP byte count at its switch, once known

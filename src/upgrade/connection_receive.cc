@@ -165,11 +165,10 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
     ssize_t got = next::recvmsg(fd, &message, flags | MSG_DONTWAIT);
     if (got < 0) {
       const int error = errno;
-      if (error == ECONNRESET) {
-        remember_reset(stream::ControlState::gone);
-        reset_reported_ = true;
+      if (error != EAGAIN) {
+        application_saw_tcp_error(error);
+        return failed(-error);
       }
-      if (error != EAGAIN) return failed(-error);
       lock.unlock();
       if (!blocking()) return failed(-EAGAIN);
       if (wait_readable(fd, *this) < 0) return failed(-EINTR);
@@ -179,10 +178,7 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
       if (total_length(pieces) == 0 && total_length(buffers) > 0) continue;
       // The control channel may have read the reset first (it clears the
       // socket's error): the application hears it once, as from the kernel.
-      if (tcp_reset_seen_.load(std::memory_order_acquire) && !reset_reported_) {
-        reset_reported_ = true;
-        return failed(-ECONNRESET);
-      }
+      if (const int error = take_remembered_tcp_error(); error != 0) return failed(-error);
       return 0;  // the peer's FIN, before any switch: the real end
     }
     // Did these bytes run into the token? Only if the header is here by now.
@@ -205,7 +201,11 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
 ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flags,
                                         stream::Blocking& blocking) {
   const ssize_t got = stream()->receive(buffers, flags, blocking);
-  if (got < 0) return failed(got);
+  if (got < 0) {
+    // The stream's report of the peer's reset is the one the application gets.
+    application_saw_tcp_error(static_cast<int>(-got));
+    return failed(got);
+  }
   if ((flags & MSG_PEEK) == 0) {
     count_received(got, offloaded_path_);
     count_zero_copy(stats::Direction::received, stream()->rendezvous_bytes_received());

@@ -100,11 +100,19 @@ ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags
     }
     if (send_gate_.compare_exchange_weak(gate, gate + 1, std::memory_order_acq_rel)) break;
   }
+  // The control channel took the socket's reset: this call reports it, as
+  // the kernel's would have (ECONNRESET, not EPIPE and SIGPIPE).
+  if (const int error = take_remembered_tcp_error(); error != 0) {
+    send_gate_.fetch_sub(1, std::memory_order_acq_rel);
+    errno = error;
+    return -1;
+  }
   msghdr message{};
   message.msg_iov = const_cast<iovec*>(data.data());
   message.msg_iovlen = data.size();
   const ssize_t sent = next::sendmsg(fd, &message, flags);
   const int saved_errno = errno;
+  if (sent < 0) application_saw_tcp_error(saved_errno);
   if (sent > 0) tcp_sent_.fetch_add(static_cast<uint64_t>(sent), std::memory_order_relaxed);
   count_sent(sent, stats::Path::kernel);
   send_gate_.fetch_sub(1, std::memory_order_acq_rel);
@@ -169,6 +177,8 @@ ssize_t Connection::send_over_stream(int fd, std::span<const iovec> data, int fl
     return sent;
   }
   if (sent == -EPIPE && (flags & MSG_NOSIGNAL) == 0) raise_sigpipe();
+  // The stream's report of the peer's reset is the one the application gets.
+  application_saw_tcp_error(static_cast<int>(-sent));
   errno = static_cast<int>(-sent);
   return -1;
 }

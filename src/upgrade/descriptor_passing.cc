@@ -1,15 +1,20 @@
 // Sockets handed to another process over an AF_UNIX socket (SCM_RIGHTS):
 // that process does I/O on them that this one's qpsock never sees, so no
 // stream of this process may be behind them.
+#include <fcntl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "common/errno_guard.h"
 #include "common/log.h"
 #include "config/config_loader.h"
+#include "libc/next_symbols.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/connection_reset.h"
 #include "upgrade/socket_upgrade.h"
@@ -20,61 +25,92 @@ namespace {
 // How often a pass looks whether a handshake under way has ended.
 constexpr auto kNegotiationPoll = std::chrono::milliseconds(1);
 
-void settle_before_passing(int fd, Connection& connection) {
+// Whether a call on `carrier_fd` with `flags` may wait.
+bool may_wait(int carrier_fd, int flags) {
+  if ((flags & MSG_DONTWAIT) != 0) return false;
+  const int status = next::fcntl(carrier_fd, F_GETFL, 0);
+  return status < 0 || (status & O_NONBLOCK) == 0;
+}
+
+// 0, or -EAGAIN: a handshake is under way and the call may not wait for it.
+int settle_before_passing(int fd, Connection& connection, int carrier_fd, int flags) {
   if (connection.inherited_stream()) {
     QPSOCK_LOG(warn, "fd %d: passed to another process (SCM_RIGHTS), but its stream is the "
                "process's that forked this one: the receiver will find no data", fd);
-    return;
+    return 0;
   }
   // A handshake under way (the upgrade worker's, the agent's, another
-  // thread's) ends within the upgrade timeout, one way or the other; no lock
-  // is held while it runs.
-  const auto give_up = std::chrono::steady_clock::now() +
-                       config::process_config().tunables().upgrade_timeout + std::chrono::seconds(1);
-  while (connection.phase() == UpgradePhase::negotiating && std::chrono::steady_clock::now() < give_up)
-    std::this_thread::sleep_for(kNegotiationPoll);
-  switch (connection.phase()) {
-    case UpgradePhase::offered:
-    case UpgradePhase::negotiating:
-      // TCP serves both processes exactly, and nothing will switch.
-      QPSOCK_LOG(info, "fd %d: passed to another process (SCM_RIGHTS) before its upgrade; "
-                 "stays on TCP", fd);
-      connection.decline("passed to another process (SCM_RIGHTS)");
-      return;
-    case UpgradePhase::declined:
-      return;
-    case UpgradePhase::established:
-      // Its stream lives in this process and cannot be handed over yet: the
-      // receiver would read an empty socket, or qpsock's binding token.
-      QPSOCK_LOG(error, "fd %d: an upgraded connection cannot be passed to another process "
-                 "(SCM_RIGHTS) yet; resetting it", fd);
-      reset_upgraded_connection(fd, connection);
-      return;
+  // thread's) cannot be declined from here (it would install its stream all
+  // the same): it is waited for, with no lock held, and ends within the
+  // upgrade timeout one way or the other.
+  std::optional<std::chrono::steady_clock::time_point> give_up;
+  for (;;) {
+    switch (connection.phase()) {
+      case UpgradePhase::offered:
+        // TCP serves both processes exactly, and nothing will switch. Only
+        // from offered: a handshake that began meanwhile is waited for.
+        if (!connection.decline_if_offered("passed to another process (SCM_RIGHTS)")) continue;
+        QPSOCK_LOG(info, "fd %d: passed to another process (SCM_RIGHTS) before its upgrade; "
+                   "stays on TCP", fd);
+        return 0;
+      case UpgradePhase::negotiating: {
+        const auto now = std::chrono::steady_clock::now();
+        if (!give_up) {
+          if (!may_wait(carrier_fd, flags)) return -EAGAIN;
+          give_up = now + config::process_config().tunables().upgrade_timeout + std::chrono::seconds(1);
+        }
+        if (now < *give_up) {
+          std::this_thread::sleep_for(kNegotiationPoll);
+          continue;
+        }
+        // Whatever it installs later finds the TCP connection reset.
+        QPSOCK_LOG(error, "fd %d: passed to another process (SCM_RIGHTS) while its upgrade "
+                   "still ran; resetting it", fd);
+        reset_upgraded_connection(fd, connection);
+        return 0;
+      }
+      case UpgradePhase::declined:
+        return 0;
+      case UpgradePhase::established:
+        // Its stream lives in this process and cannot be handed over yet: the
+        // receiver would read an empty socket, or qpsock's binding token.
+        QPSOCK_LOG(error, "fd %d: an upgraded connection cannot be passed to another process "
+                   "(SCM_RIGHTS) yet; resetting it", fd);
+        reset_upgraded_connection(fd, connection);
+        return 0;
+    }
   }
 }
 
 }  // namespace
 
-void connections_before_passing(const msghdr& message) {
+int connections_before_passing(int carrier_fd, const msghdr& message, int flags) {
   if (message.msg_control == nullptr || message.msg_controllen < sizeof(cmsghdr) ||
       !any_connections())
-    return;
+    return 0;
   ErrnoGuard errno_guard;
   // The macros only read; they take a non-const header.
   auto& readable = const_cast<msghdr&>(message);
+  const auto* control_end = static_cast<const unsigned char*>(message.msg_control) + message.msg_controllen;
   for (cmsghdr* header = CMSG_FIRSTHDR(&readable); header != nullptr;
        header = CMSG_NXTHDR(&readable, header)) {
     if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
         header->cmsg_len < CMSG_LEN(0))
       continue;
-    const size_t carried = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    // A length past the buffer is the kernel's to refuse (EINVAL): read no further.
+    const unsigned char* data = CMSG_DATA(header);
+    const size_t room = control_end > data ? static_cast<size_t>(control_end - data) : 0;
+    const size_t carried = std::min<size_t>(header->cmsg_len - CMSG_LEN(0), room) / sizeof(int);
     for (size_t index = 0; index < carried; ++index) {
       int fd = -1;
-      std::memcpy(&fd, CMSG_DATA(header) + index * sizeof(int), sizeof(int));
-      if (std::shared_ptr<Connection> connection = find_connection(fd))
-        settle_before_passing(fd, *connection);
+      std::memcpy(&fd, data + index * sizeof(int), sizeof(int));
+      std::shared_ptr<Connection> connection = find_connection(fd);
+      if (connection == nullptr) continue;
+      if (const int refused = settle_before_passing(fd, *connection, carrier_fd, flags); refused < 0)
+        return refused;
     }
   }
+  return 0;
 }
 
 }  // namespace qpsock::upgrade

@@ -56,14 +56,16 @@ void connections_before_exec(InheritedStreamsMarker& inherited);
 // `inherited`, so that the new program refuses it (its stream stays this
 // process's, which goes on using it) rather than find an empty TCP socket.
 void connections_before_spawn(InheritedStreamsMarker& inherited);
-// sendmsg or sendmmsg is about to pass the fds of `message` to another
-// process (SCM_RIGHTS), which will do I/O on them that this process's qpsock
-// never sees. A connection not yet upgraded stays on TCP for good (which
-// serves both processes); a handshake under way is waited for first; an
-// upgraded connection cannot follow (its stream lives here, and moving it
-// back to TCP is not built yet) and is reset, as across exec, so that the
-// receiver never reads an empty socket or qpsock's bytes.
-void connections_before_passing(const msghdr& message);
+// sendmsg or sendmmsg on `carrier_fd` with `flags` is about to pass the fds
+// of `message` to another process (SCM_RIGHTS), which will do I/O on them
+// that this process's qpsock never sees. A connection not yet upgraded stays
+// on TCP for good (which serves both processes); a handshake under way is
+// waited for first (or, if the call may not wait, -EAGAIN: nothing was
+// changed for that fd); an upgraded connection cannot follow (its stream
+// lives here, and moving it back to TCP is not built yet) and is reset, as
+// across exec, so that the receiver never reads an empty socket or qpsock's
+// bytes. The reset stands even if the send then fails. 0 or -EAGAIN.
+int connections_before_passing(int carrier_fd, const msghdr& message, int flags);
 // In a forked child, first thing: the connections the parent had upgraded
 // stay the parent's (Connection::abandon_inherited_stream); the child's calls
 // on them fail, and its close or exec leaves them to the parent.

@@ -1,15 +1,20 @@
 // A socket passed to another process over SCM_RIGHTS: not upgraded yet, it
 // stays on TCP for good; upgraded, it is reset (its stream cannot follow);
+// a handshake under way is waited for, or EAGAIN if the call may not wait;
 // a message carrying no descriptors leaves every connection as it was
 // (docs/upgrade-protocol.md, "Passing a socket to another process").
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "stream/loopback_stream_pair.h"
 #include "upgrade/connection_registry.h"
@@ -38,34 +43,60 @@ struct PassingMessage {
   msghdr message{};
 };
 
+// A TCP connection over loopback: ours (the one passed) and the peer's; and
+// an AF_UNIX pair to pass it over.
 class ConnectionPassing : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0); }
-  void TearDown() override {
-    detach_connection(sockets[0]);
-    close(sockets[0]);
-    close(sockets[1]);
+  void SetUp() override {
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(listener, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    ASSERT_EQ(listen(listener, 1), 0);
+    ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    ours = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(ours, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    peer = accept(listener, nullptr, nullptr);
+    ASSERT_GE(peer, 0);
+    close(listener);
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, carrier), 0);
   }
-  int sockets[2] = {-1, -1};
+  void TearDown() override {
+    detach_connection(ours);
+    for (int fd : {ours, peer, carrier[0], carrier[1]}) close(fd);
+  }
+  // What the peer's TCP socket reads now (without waiting long): -errno, or the count.
+  ssize_t peer_reads() {
+    timeval patience{2, 0};
+    setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
+    char byte;
+    const ssize_t got = recv(peer, &byte, 1, 0);
+    return got < 0 ? -errno : got;
+  }
+  int ours = -1, peer = -1;
+  int carrier[2] = {-1, -1};
 };
 
 TEST_F(ConnectionPassing, ASocketPassedBeforeItsUpgradeStaysOnTcp) {
   auto connection = std::make_shared<Connection>(config::Role::server);
-  attach_connection(sockets[0], connection);
+  attach_connection(ours, connection);
   errno = 1234;
-  connections_before_passing(PassingMessage(sockets[0]).message);
+  EXPECT_EQ(connections_before_passing(carrier[0], PassingMessage(ours).message, 0), 0);
   EXPECT_EQ(errno, 1234) << "errno changed";
   EXPECT_EQ(connection->phase(), UpgradePhase::declined);
   // Its first I/O no longer tries an upgrade: the fd goes straight to the kernel.
-  EXPECT_EQ(connection_for_io(sockets[0]), nullptr);
+  EXPECT_EQ(connection_for_io(ours), nullptr);
 }
 
 TEST_F(ConnectionPassing, AMessageWithoutDescriptorsLeavesTheConnectionAlone) {
   auto connection = std::make_shared<Connection>(config::Role::server);
-  attach_connection(sockets[0], connection);
-  connections_before_passing(PassingMessage(-1).message);
-  // One carrying another fd (the socket pair's other end, which has no Connection).
-  connections_before_passing(PassingMessage(sockets[1]).message);
+  attach_connection(ours, connection);
+  EXPECT_EQ(connections_before_passing(carrier[0], PassingMessage(-1).message, 0), 0);
+  // One carrying another fd (the carrier's other end, which has no Connection).
+  EXPECT_EQ(connections_before_passing(carrier[0], PassingMessage(carrier[1]).message, 0), 0);
   EXPECT_EQ(connection->phase(), UpgradePhase::offered);
 }
 
@@ -73,15 +104,38 @@ TEST_F(ConnectionPassing, AnUpgradedSocketPassedIsResetAndItsPeerHearsIt) {
   stream::LoopbackStreamPair pair;
   ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
   auto connection = std::make_shared<Connection>(config::Role::client);
-  connection->install(std::move(pair.first), BindingToken{}, sockets[0], stats::Path::shm);
-  attach_connection(sockets[0], connection);
-  connections_before_passing(PassingMessage(sockets[0]).message);
-  EXPECT_EQ(connection->phase(), UpgradePhase::established);
+  connection->install(std::move(pair.first), BindingToken{}, ours, stats::Path::shm);
+  attach_connection(ours, connection);
+  EXPECT_EQ(connections_before_passing(carrier[0], PassingMessage(ours).message, 0), 0);
+  // The peer's kernel got a reset, and the peer's stream is broken.
+  EXPECT_EQ(peer_reads(), -ECONNRESET);
   char byte = 'x';
   const iovec piece{&byte, 1};
-  // Our stream is aborted: writes fail, and the peer's stream is broken.
-  EXPECT_LT(connection->stream()->send({&piece, 1}, MSG_DONTWAIT, stream::Blocking(false)), 0);
   EXPECT_LT(pair.second->send({&piece, 1}, MSG_DONTWAIT, stream::Blocking(false)), 0);
+}
+
+// A handshake under way is never declined from under its thread (which
+// would install its stream all the same): a call that may not wait gets
+// EAGAIN and changes nothing; one that may, waits for the outcome.
+TEST_F(ConnectionPassing, AHandshakeUnderWayIsWaitedForOrTheCallGetsEagain) {
+  auto connection = std::make_shared<Connection>(config::Role::server);
+  attach_connection(ours, connection);
+  ASSERT_TRUE(connection->begin_negotiation());
+  EXPECT_EQ(connections_before_passing(carrier[0], PassingMessage(ours).message, MSG_DONTWAIT), -EAGAIN);
+  EXPECT_EQ(connection->phase(), UpgradePhase::negotiating);
+
+  stream::LoopbackStreamPair pair;
+  ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
+  std::thread handshake([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    connection->install(std::move(pair.first), BindingToken{}, ours, stats::Path::shm);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(connections_before_passing(carrier[0], PassingMessage(ours).message, 0), 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(40));
+  handshake.join();
+  EXPECT_EQ(connection->phase(), UpgradePhase::established);
+  EXPECT_EQ(peer_reads(), -ECONNRESET);
 }
 
 }  // namespace
