@@ -129,12 +129,8 @@ ssize_t sendmsg(int fd, const msghdr* message, int flags) {
     return connection->send(fd, {message->msg_iov, message->msg_iovlen}, flags);
   }
   // A null message is the kernel's to refuse (EFAULT).
-  if (message != nullptr && message->msg_controllen != 0) {
-    if (const int refused = upgrade::connections_before_passing(fd, *message, flags); refused < 0) {
-      errno = -refused;
-      return -1;
-    }
-  }
+  if (message != nullptr && message->msg_controllen != 0)
+    upgrade::connections_before_passing(fd, *message, flags);
   return count_sent(fd, next::sendmsg(fd, message, flags));
 }
 
@@ -162,22 +158,11 @@ int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
     errno = saved_errno;
     return static_cast<int>(done);
   }
-  // The kernel sends at most UIO_MAXIOV of them; a message whose passing
-  // would wait, in a call that may not, ends the batch before it.
-  if (messages != nullptr) {
-    count = std::min<unsigned int>(count, UIO_MAXIOV);
-    for (unsigned int index = 0; index < count; ++index) {
-      if (messages[index].msg_hdr.msg_controllen == 0) continue;
-      const int refused = upgrade::connections_before_passing(fd, messages[index].msg_hdr, flags);
-      if (refused == 0) continue;
-      if (index == 0) {
-        errno = -refused;
-        return -1;
-      }
-      count = index;
-      break;
-    }
-  }
+  // The kernel sends at most UIO_MAXIOV of them.
+  for (unsigned int index = 0; messages != nullptr && index < std::min<unsigned int>(count, UIO_MAXIOV);
+       ++index)
+    if (messages[index].msg_hdr.msg_controllen != 0)
+      upgrade::connections_before_passing(fd, messages[index].msg_hdr, flags);
   return count_messages(fd, next::sendmmsg(fd, messages, count, flags), messages,
                         stats::Direction::sent, flags);
 }

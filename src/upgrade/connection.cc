@@ -145,22 +145,19 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
 
 stream::ControlState Connection::remember_tcp_error(stream::ControlState state, int error) {
   if (state == stream::ControlState::gone) {
+    // What ended it, as the application would have read it: a timeout, or
+    // (a reset, a byte that is not a doorbell, anything else) a reset.
+    const int kept = error == ETIMEDOUT || error == ECONNABORTED ? error : ECONNRESET;
     int none = 0;
-    tcp_error_seen_.compare_exchange_strong(none, error != 0 ? error : ECONNRESET,
-                                            std::memory_order_acq_rel);
+    tcp_error_seen_.compare_exchange_strong(none, kept, std::memory_order_acq_rel);
   }
   return tcp_error_seen_.load(std::memory_order_acquire) != 0 ? stream::ControlState::gone : state;
 }
 
 void Connection::application_saw_tcp_error(int error) {
-  // Only the socket's own errors (what SO_ERROR holds), not a bad argument.
-  switch (error) {
-    case ECONNRESET: case ECONNABORTED: case ECONNREFUSED: case ETIMEDOUT:
-    case EHOSTUNREACH: case ENETUNREACH: case EHOSTDOWN: case ENETDOWN:
-      break;
-    default:
-      return;
-  }
+  // Only the errors that end a connection: an ICMP report (EHOSTUNREACH
+  // with IP_RECVERR) leaves it running, and a bad argument is the call's.
+  if (error != ECONNRESET && error != ETIMEDOUT && error != ECONNABORTED) return;
   int none = 0;
   tcp_error_seen_.compare_exchange_strong(none, error, std::memory_order_acq_rel);
   tcp_error_reported_.store(true, std::memory_order_release);

@@ -153,8 +153,9 @@ class Connection {
   // an orderly end, and the application's next call on TCP reports it once
   // (take_remembered_tcp_error), as the kernel would have.
   stream::ControlState remember_tcp_error(stream::ControlState state, int error);
-  // The application's own call took the socket's error (a connection error
-  // such as ECONNRESET or ETIMEDOUT; others are ignored): nothing left to report.
+  // The application's own call took the socket's error (ECONNRESET,
+  // ETIMEDOUT or ECONNABORTED, which end a connection; others are ignored):
+  // nothing left to report.
   void application_saw_tcp_error(int error);
   // The error the control channel took from the socket, if the application
   // has not been told yet (then it is, by this call); 0 otherwise.

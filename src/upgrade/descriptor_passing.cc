@@ -25,19 +25,24 @@ namespace {
 // How often a pass looks whether a handshake under way has ended.
 constexpr auto kNegotiationPoll = std::chrono::milliseconds(1);
 
-// Whether a call on `carrier_fd` with `flags` may wait.
+// Whether a call on `carrier_fd` with `flags` may wait (for a handshake under way).
 bool may_wait(int carrier_fd, int flags) {
   if ((flags & MSG_DONTWAIT) != 0) return false;
   const int status = next::fcntl(carrier_fd, F_GETFL, 0);
   return status < 0 || (status & O_NONBLOCK) == 0;
 }
 
-// 0, or -EAGAIN: a handshake is under way and the call may not wait for it.
-int settle_before_passing(int fd, Connection& connection, int carrier_fd, int flags) {
+// How long a call that may not wait (MSG_DONTWAIT, a non-blocking carrier)
+// gives a handshake under way before it resets the connection: an EAGAIN
+// would leave an edge-triggered event loop waiting for a writable carrier
+// that already is.
+constexpr auto kNonBlockingPatience = std::chrono::milliseconds(100);
+
+void settle_before_passing(int fd, Connection& connection, int carrier_fd, int flags) {
   if (connection.inherited_stream()) {
     QPSOCK_LOG(warn, "fd %d: passed to another process (SCM_RIGHTS), but its stream is the "
                "process's that forked this one: the receiver will find no data", fd);
-    return 0;
+    return;
   }
   // A handshake under way (the upgrade worker's, the agent's, another
   // thread's) cannot be declined from here (it would install its stream all
@@ -52,12 +57,15 @@ int settle_before_passing(int fd, Connection& connection, int carrier_fd, int fl
         if (!connection.decline_if_offered("passed to another process (SCM_RIGHTS)")) continue;
         QPSOCK_LOG(info, "fd %d: passed to another process (SCM_RIGHTS) before its upgrade; "
                    "stays on TCP", fd);
-        return 0;
+        return;
       case UpgradePhase::negotiating: {
         const auto now = std::chrono::steady_clock::now();
         if (!give_up) {
-          if (!may_wait(carrier_fd, flags)) return -EAGAIN;
-          give_up = now + config::process_config().tunables().upgrade_timeout + std::chrono::seconds(1);
+          give_up = now + (may_wait(carrier_fd, flags)
+                               ? config::process_config().tunables().upgrade_timeout +
+                                     std::chrono::seconds(1)
+                               : std::chrono::duration_cast<std::chrono::microseconds>(
+                                     kNonBlockingPatience));
         }
         if (now < *give_up) {
           std::this_thread::sleep_for(kNegotiationPoll);
@@ -67,27 +75,27 @@ int settle_before_passing(int fd, Connection& connection, int carrier_fd, int fl
         QPSOCK_LOG(error, "fd %d: passed to another process (SCM_RIGHTS) while its upgrade "
                    "still ran; resetting it", fd);
         reset_upgraded_connection(fd, connection);
-        return 0;
+        return;
       }
       case UpgradePhase::declined:
-        return 0;
+        return;
       case UpgradePhase::established:
         // Its stream lives in this process and cannot be handed over yet: the
         // receiver would read an empty socket, or qpsock's binding token.
         QPSOCK_LOG(error, "fd %d: an upgraded connection cannot be passed to another process "
                    "(SCM_RIGHTS) yet; resetting it", fd);
         reset_upgraded_connection(fd, connection);
-        return 0;
+        return;
     }
   }
 }
 
 }  // namespace
 
-int connections_before_passing(int carrier_fd, const msghdr& message, int flags) {
+void connections_before_passing(int carrier_fd, const msghdr& message, int flags) {
   if (message.msg_control == nullptr || message.msg_controllen < sizeof(cmsghdr) ||
       !any_connections())
-    return 0;
+    return;
   ErrnoGuard errno_guard;
   // The macros only read; they take a non-const header.
   auto& readable = const_cast<msghdr&>(message);
@@ -104,13 +112,10 @@ int connections_before_passing(int carrier_fd, const msghdr& message, int flags)
     for (size_t index = 0; index < carried; ++index) {
       int fd = -1;
       std::memcpy(&fd, data + index * sizeof(int), sizeof(int));
-      std::shared_ptr<Connection> connection = find_connection(fd);
-      if (connection == nullptr) continue;
-      if (const int refused = settle_before_passing(fd, *connection, carrier_fd, flags); refused < 0)
-        return refused;
+      if (std::shared_ptr<Connection> connection = find_connection(fd))
+        settle_before_passing(fd, *connection, carrier_fd, flags);
     }
   }
-  return 0;
 }
 
 }  // namespace qpsock::upgrade

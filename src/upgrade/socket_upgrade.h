@@ -60,12 +60,13 @@ void connections_before_spawn(InheritedStreamsMarker& inherited);
 // of `message` to another process (SCM_RIGHTS), which will do I/O on them
 // that this process's qpsock never sees. A connection not yet upgraded stays
 // on TCP for good (which serves both processes); a handshake under way is
-// waited for first (or, if the call may not wait, -EAGAIN: nothing was
-// changed for that fd); an upgraded connection cannot follow (its stream
-// lives here, and moving it back to TCP is not built yet) and is reset, as
-// across exec, so that the receiver never reads an empty socket or qpsock's
-// bytes. The reset stands even if the send then fails. 0 or -EAGAIN.
-int connections_before_passing(int carrier_fd, const msghdr& message, int flags);
+// waited for first (the upgrade timeout and a second at most; 100 ms if the
+// call may not wait), and reset if it still runs; an upgraded connection
+// cannot follow (its stream lives here, and moving it back to TCP is not
+// built yet) and is reset, as across exec, so that the receiver never reads
+// an empty socket or qpsock's bytes. The reset stands even if the send then
+// fails.
+void connections_before_passing(int carrier_fd, const msghdr& message, int flags);
 // In a forked child, first thing: the connections the parent had upgraded
 // stay the parent's (Connection::abandon_inherited_stream); the child's calls
 // on them fail, and its close or exec leaves them to the parent.
