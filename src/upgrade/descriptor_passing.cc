@@ -36,7 +36,7 @@ bool may_wait(int carrier_fd, int flags) {
 // gives a handshake under way before it resets the connection: an EAGAIN
 // would leave an edge-triggered event loop waiting for a writable carrier
 // that already is.
-constexpr auto kNonBlockingPatience = std::chrono::milliseconds(100);
+constexpr std::chrono::microseconds kNonBlockingPatience = std::chrono::milliseconds(100);
 
 void settle_before_passing(int fd, Connection& connection, int carrier_fd, int flags) {
   if (connection.inherited_stream()) {
@@ -64,8 +64,7 @@ void settle_before_passing(int fd, Connection& connection, int carrier_fd, int f
           give_up = now + (may_wait(carrier_fd, flags)
                                ? config::process_config().tunables().upgrade_timeout +
                                      std::chrono::seconds(1)
-                               : std::chrono::duration_cast<std::chrono::microseconds>(
-                                     kNonBlockingPatience));
+                               : kNonBlockingPatience);
         }
         if (now < *give_up) {
           std::this_thread::sleep_for(kNegotiationPoll);

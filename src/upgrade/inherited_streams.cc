@@ -2,9 +2,7 @@
 
 #include <dirent.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -31,44 +29,30 @@ bool named(uint64_t inode, const char* text) {
 
 }  // namespace
 
-InheritedStreamsMarker::~InheritedStreamsMarker() {
-  if (text_ != nullptr) munmap(text_, capacity_);
-}
-
-bool InheritedStreamsMarker::make_room(size_t bytes) {
-  if (length_ + bytes + 1 <= capacity_) return true;
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  size_t wanted = capacity_ == 0 ? page : capacity_ * 2;
-  while (wanted < length_ + bytes + 1) wanted *= 2;
-  void* grown = text_ == nullptr
-                    ? mmap(nullptr, wanted, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                    : mremap(text_, capacity_, wanted, MREMAP_MAYMOVE);
-  if (grown == MAP_FAILED) return false;
-  text_ = static_cast<char*>(grown);
-  capacity_ = wanted;
-  return true;
-}
-
 void InheritedStreamsMarker::add(uint64_t inode) {
   if (full_) return;
   // The name, "=", a comma and 20 digits at most. execve refuses (E2BIG)
-  // an environment string longer than MAX_ARG_STRLEN (32 pages) with its null.
+  // an environment string longer than MAX_ARG_STRLEN (32 pages) with its
+  // null: that much is mapped at the first socket (pages are only touched
+  // as the list grows).
   constexpr size_t kLongestEntry = sizeof(kInheritedStreamsName) + 22;
   constexpr size_t kLongestAssignment = 32 * 4096 - 1;
-  if (length_ + kLongestEntry > kLongestAssignment || !make_room(kLongestEntry)) {
+  if (length_ + kLongestEntry > kLongestAssignment ||
+      (memory_.empty() && memory_.map(kLongestAssignment + 1) < 0)) {
     full_ = true;
     QPSOCK_LOG(error, "%s: cannot name more than %zu inherited sockets (the environment's "
                "limit, or no memory); the new program may find the others empty",
                kInheritedStreamsName, count_);
     return;
   }
+  char* text = reinterpret_cast<char*>(memory_.data());
   // By hand, not snprintf: this runs in forked children (async-signal-safe).
   if (count_ == 0) {
-    memcpy(text_, kInheritedStreamsName, sizeof(kInheritedStreamsName) - 1);
+    memcpy(text, kInheritedStreamsName, sizeof(kInheritedStreamsName) - 1);
     length_ = sizeof(kInheritedStreamsName) - 1;
-    text_[length_++] = '=';
+    text[length_++] = '=';
   } else {
-    text_[length_++] = ',';
+    text[length_++] = ',';
   }
   char digits[20];
   size_t count = 0;
@@ -76,8 +60,8 @@ void InheritedStreamsMarker::add(uint64_t inode) {
     digits[count++] = static_cast<char>('0' + inode % 10);
     inode /= 10;
   } while (inode != 0);
-  while (count > 0) text_[length_++] = digits[--count];
-  text_[length_] = '\0';
+  while (count > 0) text[length_++] = digits[--count];
+  text[length_] = '\0';
   ++count_;
 }
 
