@@ -45,31 +45,47 @@ void fork_finished(pid_t result) {
   all.forks_under_way.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-bool forked_child_holds_socket(uint64_t inode) {
+namespace {
+
+// The pids of the remembered children that hold the socket now, after any
+// fork under way has finished (a fork that has begun may already have copied
+// the socket into its child; a fork takes well under these 100 ms).
+uint32_t children_holding(uint64_t inode, pid_t (&holders)[kRemembered]) {
   ForkedChildren& all = children();
   if (all.recorded.load(std::memory_order_acquire) == 0 &&
       all.forks_under_way.load(std::memory_order_acquire) == 0)
-    return false;
-  // A fork that has begun may already have copied the socket into its child
-  // (a fork takes well under these 100 ms).
+    return 0;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   while (all.forks_under_way.load(std::memory_order_acquire) != 0 &&
          std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   const uint64_t recorded = all.recorded.load(std::memory_order_acquire);
   const uint64_t count = recorded < kRemembered ? recorded : kRemembered;
+  uint32_t found = 0;
   for (uint64_t index = 0; index < count; ++index) {
     const pid_t pid = all.pids[index].load(std::memory_order_acquire);
-    if (pid > 0 && process_holds_socket(pid, inode)) return true;
+    if (pid > 0 && process_holds_socket(pid, inode)) holders[found++] = pid;
   }
-  return false;
+  return found;
 }
 
+}  // namespace
+
 bool forked_child_keeps_socket(uint64_t inode) {
+  // Only the children holding the socket now are waited for: a shell forks a
+  // new one for every command substitution, so some child or other may hold
+  // it at every moment while each lets it go within milliseconds, and
+  // waiting for "no child at all" would keep every busy script on TCP.
+  pid_t holders[kRemembered];
+  uint32_t count = children_holding(inode, holders);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (forked_child_holds_socket(inode)) {
+  while (count > 0) {
     if (std::chrono::steady_clock::now() >= give_up) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    uint32_t still = 0;
+    for (uint32_t index = 0; index < count; ++index)
+      if (process_holds_socket(holders[index], inode)) holders[still++] = holders[index];
+    count = still;
   }
   return false;
 }

@@ -18,14 +18,13 @@ void fork_starting();
 void fork_finished(pid_t result);
 
 // Whether a child this process forked (one of the last 64, forked while it
-// had connections) keeps the socket with `inode`: it still holds it after up
-// to 200 ms. A shell forks a child for every command substitution and
-// program, each holding the socket until it exits or execs, most within
-// milliseconds; a child that reads or writes the socket holds it for as long
-// as it does. Waits for a fork under way to finish first, so that its child
-// is looked at too.
+// had connections) keeps the socket with `inode`: one of the children that
+// hold it now still holds it after up to 200 ms. A shell forks a child for
+// every command substitution and program, each holding the socket until it
+// exits or execs, most within milliseconds (and the next may be forked
+// meanwhile: it is not waited for); a child that reads or writes the socket
+// holds it for as long as it does. Waits for a fork under way to finish
+// first, so that its child is looked at too.
 bool forked_child_keeps_socket(uint64_t inode);
-// The same, now: no waiting for holders to let go (only for a fork under way).
-bool forked_child_holds_socket(uint64_t inode);
 
 }  // namespace qpsock::upgrade

@@ -146,19 +146,16 @@ void UpgradeAgent::run() {
   }
 }
 
-// A child forked since the connect holds the socket: it may read or write it
+// A child forked since the connect keeps the socket: it may read or write it
 // over TCP, and an upgrade would move the peer's bytes where it cannot see
 // them. The child's copy is never upgraded (it has no agent), so the
 // connection stays on TCP for both. Looked at before the negotiation begins
 // (a child forked while it runs has its calls refused, whatever its outcome)
-// and, without waiting, once more right after (a fork in between); `stage`
-// says which. False: go on.
-enum class ChildCheck { before_negotiation, negotiation_begun };
-bool declined_for_a_forked_child(Connection& connection, const Offer& offer, ChildCheck stage) {
-  const bool held = stage == ChildCheck::before_negotiation
-                        ? forked_child_keeps_socket(offer.tcp_socket_inode)
-                        : forked_child_holds_socket(offer.tcp_socket_inode);
-  if (!held) return false;
+// and once more right after, for a child forked in between: each time only
+// the children holding the socket then are waited for, so a shell's stream
+// of short-lived command substitutions does not keep it on TCP. False: go on.
+bool declined_for_a_forked_child(Connection& connection, const Offer& offer) {
+  if (!forked_child_keeps_socket(offer.tcp_socket_inode)) return false;
   QPSOCK_LOG(info, "fd %d: a child process forked since the connect holds the socket; the "
              "connection stays on TCP", offer.tcp_fd);
   connection.decline("a forked child holds the socket");
@@ -171,7 +168,7 @@ void UpgradeAgent::answer_same_host(Offer offer) {
   close_listeners(offer.listeners);
   std::shared_ptr<Connection> connection = offer.connection.lock();
   if (side_fd >= 0 && connection != nullptr &&
-      declined_for_a_forked_child(*connection, offer, ChildCheck::before_negotiation)) {
+      declined_for_a_forked_child(*connection, offer)) {
     next::close(side_fd);
     return;
   }
@@ -180,7 +177,7 @@ void UpgradeAgent::answer_same_host(Offer offer) {
     if (connection) connection->decline("the side channel failed");
     return;
   }
-  if (declined_for_a_forked_child(*connection, offer, ChildCheck::negotiation_begun)) {
+  if (declined_for_a_forked_child(*connection, offer)) {
     next::close(side_fd);
     return;
   }
@@ -205,9 +202,9 @@ void UpgradeAgent::answer_rdma(Offer offer) {
   std::shared_ptr<Connection> connection = offer.connection.lock();
   // Declined before the accept: the server's connect is rejected, and it stays on TCP.
   if (connection == nullptr ||
-      declined_for_a_forked_child(*connection, offer, ChildCheck::before_negotiation) ||
+      declined_for_a_forked_child(*connection, offer) ||
       !connection->begin_negotiation() ||
-      declined_for_a_forked_child(*connection, offer, ChildCheck::negotiation_begun))
+      declined_for_a_forked_child(*connection, offer))
     return;
   if (accept_verbs_upgrade(*listener, *connection, offer.tcp_fd, offer.tcp_socket_inode,
                            offer.deadline) < 0)

@@ -9,8 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "upgrade/connection_registry.h"
 
@@ -74,6 +77,43 @@ TEST(ForkedChildren, AChildThatKeepsTheSocketIsFoundAndOneThatLetItGoIsNot) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
   detach_connection(kConnectionFd);
   close(sockets[0]);
+}
+
+
+// A shell forks a child for every command substitution: some child or other
+// may hold the socket at every moment, each for milliseconds. None of them
+// keeps it (a busy bash script over /dev/tcp stayed on TCP under load when
+// any holder at all was waited for).
+TEST(ForkedChildren, AStreamOfShortLivedChildrenDoesNotKeepTheSocket) {
+  int sockets[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+  attach_connection(kConnectionFd, std::make_shared<Connection>(config::Role::client));
+  const uint64_t inode = inode_of(sockets[0]);
+
+  std::atomic<bool> stop{false};
+  std::thread shell([&] {
+    std::vector<pid_t> running;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (!stop.load() && std::chrono::steady_clock::now() < end) {
+      // Each child lives 20 ms and the next comes 5 ms later: they overlap.
+      running.push_back(fork_as_the_wrapper_does([] { usleep(20000); return 0; }));
+      usleep(5000);
+      if (running.size() > 8) {
+        waitpid(running.front(), nullptr, 0);
+        running.erase(running.begin());
+      }
+    }
+    for (pid_t child : running) waitpid(child, nullptr, 0);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(forked_child_keeps_socket(inode));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  stop = true;
+  shell.join();
+  detach_connection(kConnectionFd);
+  close(sockets[0]);
+  close(sockets[1]);
 }
 
 }  // namespace
