@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "common/errno_guard.h"
 #include "common/log.h"
@@ -15,16 +17,20 @@
 namespace qpsock::upgrade {
 namespace {
 
-// Whether the environment's list, "INODE,INODE,...", names `inode`.
-bool named(uint64_t inode, const char* text) {
+// The environment's list, "INODE,INODE,...", sorted: a program may hold
+// thousands of sockets and the list name as many (looking each socket up in
+// the text took a second at start then).
+std::vector<uint64_t> named_inodes(const char* text) {
+  std::vector<uint64_t> inodes;
   while (*text != '\0') {
     char* end = nullptr;
     const unsigned long long value = strtoull(text, &end, 10);
-    if (end == text) return false;
-    if (value == inode) return true;
+    if (end == text) break;
+    inodes.push_back(value);
     text = *end == ',' ? end + 1 : end;
   }
-  return false;
+  std::sort(inodes.begin(), inodes.end());
+  return inodes;
 }
 
 }  // namespace
@@ -72,7 +78,8 @@ void adopt_inherited_streams() {
   // unsetenv leaves the string itself alone (it belongs to the environment
   // block exec built), so `text` stays readable.
   unsetenv(kInheritedStreamsName);
-  if (*text == '\0') return;
+  const std::vector<uint64_t> inodes = named_inodes(text);
+  if (inodes.empty()) return;
   DIR* directory = opendir("/proc/self/fd");
   if (directory == nullptr) return;
   while (dirent* entry = readdir(directory)) {
@@ -81,7 +88,7 @@ void adopt_inherited_streams() {
     if (end == entry->d_name || *end != '\0' || fd == dirfd(directory)) continue;
     struct stat status{};
     if (fstat(static_cast<int>(fd), &status) != 0 || !S_ISSOCK(status.st_mode) ||
-        !named(status.st_ino, text))
+        !std::binary_search(inodes.begin(), inodes.end(), uint64_t{status.st_ino}))
       continue;
     auto connection = std::make_shared<Connection>(config::Role::client);
     connection->mark_inherited_stream();
