@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <mutex>
+#include <new>
 
 #include "common/errno_guard.h"
 #include "libc/next_symbols.h"
@@ -136,19 +138,70 @@ int exec_argument_list(ListExecVariant variant, const char* target, const char* 
 
 namespace {
 
+// The environments that system() and popen() calls under way have put in
+// environ, newest last: each call's own node, on its stack. When several run
+// at once, only the newest one's end changes environ (to the next newest, or
+// the process's own), so none leaves it pointing at an environment that has
+// been freed (two at once used to: the first to end restored the process's,
+// the second then the first one's, unmapped by then).
+struct EnvironSwap {
+  char** environment;
+  EnvironSwap* older;
+  EnvironSwap* newer;
+};
+
+struct EnvironSwaps {
+  std::mutex mutex;
+  EnvironSwap* newest = nullptr;
+  char** original = nullptr;
+};
+
+EnvironSwaps& environ_swaps() {
+  // Never destroyed: system() may run from an exit handler.
+  alignas(EnvironSwaps) static unsigned char storage[sizeof(EnvironSwaps)];
+  static EnvironSwaps* const instance = ::new (storage) EnvironSwaps;
+  return *instance;
+}
+
 // Runs `call` with environ replaced by the new program's environment, only if
 // the current one lacks something or the program inherits upgraded sockets.
 // Another thread's setenv during the call would be lost, as with any setenv
-// that races a spawn; the common case (nothing to add) swaps nothing.
+// that races a spawn; the common case (nothing to add) swaps nothing. The
+// lock is held only around the swaps, never across the call.
 template <typename Call>
 auto with_inherited_environ(Call call) {
-  ProgramStart start(environ, NewProgram::starts_beside_it);
-  if (start.environment() == environ) return call();
-  char** saved = environ;
-  environ = const_cast<char**>(start.environment());
+  EnvironSwaps& swaps = environ_swaps();
+  char** process_environment = nullptr;
+  {
+    // Made from the process's environment, never from another call's (whose
+    // strings go when it ends).
+    std::lock_guard lock(swaps.mutex);
+    process_environment = swaps.newest != nullptr ? swaps.original : environ;
+  }
+  ProgramStart start(process_environment, NewProgram::starts_beside_it);
+  if (start.environment() == process_environment) return call();
+  EnvironSwap mine{const_cast<char**>(start.environment()), nullptr, nullptr};
+  {
+    std::lock_guard lock(swaps.mutex);
+    if (swaps.newest == nullptr) swaps.original = environ;
+    mine.older = swaps.newest;
+    if (swaps.newest != nullptr) swaps.newest->newer = &mine;
+    swaps.newest = &mine;
+    environ = mine.environment;
+  }
   auto result = call();
-  int saved_errno = errno;
-  environ = saved;
+  const int saved_errno = errno;
+  {
+    std::lock_guard lock(swaps.mutex);
+    if (mine.older != nullptr) mine.older->newer = mine.newer;
+    if (mine.newer != nullptr) mine.newer->older = mine.older;
+    if (swaps.newest == &mine) {
+      // environ is ours (or the program's setenv made it from ours, whose
+      // strings go with us): the next newest, or the process's own.
+      swaps.newest = mine.older;
+      environ = swaps.newest != nullptr ? swaps.newest->environment : swaps.original;
+    }
+  }
   errno = saved_errno;
   return result;
 }

@@ -168,14 +168,21 @@ std::shared_ptr<Connection> connection_for_io(int fd) {
 
 namespace {
 
+// Which connections' fds a new program may hold: an exec'd one only those
+// not marked close-on-exec; a spawned one also those (posix_spawn's file
+// actions may dup2 one onto its stdin or stdout, clearing the mark on the copy).
+enum class Inheriting : uint8_t { without_close_on_exec, every_fd };
+
 // Calls `visit` for each connection with a stream (its own or another
-// process's) whose fd a new program would inherit.
+// process's) whose fd a new program may inherit.
 template <typename Visit>
-void visit_inheritable_streams(Visit visit) {
-  visit_connections([&visit](int fd, Connection& connection) {
+void visit_inheritable_streams(Inheriting inheriting, Visit visit) {
+  visit_connections([&visit, inheriting](int fd, Connection& connection) {
     if (connection.stream() == nullptr && !connection.inherited_stream()) return;
-    const int descriptor_flags = next::fcntl(fd, F_GETFD, 0);
-    if (descriptor_flags < 0 || (descriptor_flags & FD_CLOEXEC) != 0) return;
+    if (inheriting == Inheriting::without_close_on_exec) {
+      const int descriptor_flags = next::fcntl(fd, F_GETFD, 0);
+      if (descriptor_flags < 0 || (descriptor_flags & FD_CLOEXEC) != 0) return;
+    }
     visit(fd, connection);
   });
 }
@@ -190,13 +197,14 @@ void name_socket(int fd, InheritedStreamsMarker& inherited) {
 void connections_before_spawn(InheritedStreamsMarker& inherited) {
   ErrnoGuard errno_guard;
   if (!any_connections()) return;
-  visit_inheritable_streams([&inherited](int fd, Connection&) { name_socket(fd, inherited); });
+  visit_inheritable_streams(Inheriting::every_fd,
+                            [&inherited](int fd, Connection&) { name_socket(fd, inherited); });
 }
 
 void connections_before_exec(InheritedStreamsMarker& inherited) {
   ErrnoGuard errno_guard;
   if (!any_connections()) return;
-  visit_inheritable_streams([&inherited](int fd, Connection& connection) {
+  visit_inheritable_streams(Inheriting::without_close_on_exec, [&inherited](int fd, Connection& connection) {
     if (connection.inherited_stream()) {
       // Another process's stream: the new program is told, and refuses it too.
       name_socket(fd, inherited);

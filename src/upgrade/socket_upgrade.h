@@ -52,9 +52,11 @@ void connection_closing(int fd);
 // new program when its fd survives.
 void connections_before_exec(InheritedStreamsMarker& inherited);
 // Before posix_spawn, system or popen starts a program that inherits this
-// process's fds: every upgraded connection whose fd it inherits is named in
-// `inherited`, so that the new program refuses it (its stream stays this
-// process's, which goes on using it) rather than find an empty TCP socket.
+// process's fds: every upgraded connection is named in `inherited` (those
+// marked close-on-exec too: the spawn's file actions may dup2 one onto the
+// program's stdin or stdout), so that the new program refuses it (its stream
+// stays this process's, which goes on using it) rather than find an empty
+// TCP socket. The program looks up only the sockets it holds.
 void connections_before_spawn(InheritedStreamsMarker& inherited);
 // sendmsg or sendmmsg on `carrier_fd` with `flags` is about to pass the fds
 // of `message` to another process (SCM_RIGHTS), which will do I/O on them

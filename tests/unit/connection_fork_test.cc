@@ -11,9 +11,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "process/process_calls.h"
 #include "readiness/epoll_set.h"
 #include "stream/loopback_stream_pair.h"
 #include "upgrade/connection_registry.h"
@@ -155,11 +158,35 @@ TEST_F(ConnectionAfterFork, AProgramStartedBesideItIsToldTheSocketAndTheStreamSt
   EXPECT_NE(connection->stream(), nullptr);
   EXPECT_EQ(send(sockets[0], "y", 1, MSG_DONTWAIT | MSG_NOSIGNAL), 1);
 
-  // A socket the program does not inherit is not named.
+  // Nor is one marked close-on-exec left out: posix_spawn's file actions
+  // may dup2 it onto the program's stdin or stdout (inetd, CGI), which
+  // clears the mark on the copy.
   ASSERT_EQ(fcntl(sockets[0], F_SETFD, FD_CLOEXEC), 0);
-  InheritedStreamsMarker none;
-  connections_before_spawn(none);
-  EXPECT_EQ(none.assignment(), nullptr);
+  InheritedStreamsMarker marked;
+  connections_before_spawn(marked);
+  ASSERT_NE(marked.assignment(), nullptr);
+  EXPECT_EQ(std::string(marked.assignment()),
+            std::string(kInheritedStreamsName) + "=" + std::to_string(socket_status.st_ino));
+}
+
+// system() and popen() put the program's environment (naming the upgraded
+// socket) in environ for as long as they run. Two threads' calls that end in
+// the order they began leave environ as the process had it: the first to end
+// restored it and the second then put back the first one's, freed by then.
+TEST_F(ConnectionAfterFork, SystemCallsOverlappingInTwoThreadsLeaveTheProcesssEnvironment) {
+  char** const before = environ;
+  int first_status = -1, second_status = -1;
+  std::thread first([&] { first_status = process::system("sleep 0.1"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  std::thread second([&] { second_status = process::system("sleep 0.4"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  EXPECT_NE(environ, before) << "no environment was swapped in: the test proves nothing";
+  first.join();
+  second.join();
+  EXPECT_EQ(first_status, 0);
+  EXPECT_EQ(second_status, 0);
+  EXPECT_EQ(environ, before);
+  EXPECT_NE(getenv("PATH"), nullptr);
 }
 
 }  // namespace
