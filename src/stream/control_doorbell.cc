@@ -1,5 +1,7 @@
 #include "stream/control_doorbell.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -23,17 +25,34 @@ ControlState gone_with(int* error, int value) {
   return ControlState::gone;
 }
 
+// An error the kernel reports on a connection it still holds open is an
+// ICMP report (host or network unreachable, with IP_RECVERR), read once,
+// not the connection's end: TCP goes on retransmitting, and a reset or a
+// timeout closes it (TCP_CLOSE) before its error is read. Each read takes
+// one report; a few in a row are looked past, then an error is an end (one
+// that does not go away, on a socket that is no connection, would loop).
+constexpr int kSoftErrorsLookedPast = 8;
+
+bool still_open(int tcp_fd) {
+  tcp_info info{};
+  socklen_t length = sizeof(info);
+  return next::getsockopt(tcp_fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0 &&
+         info.tcpi_state != TCP_CLOSE;
+}
+
 }  // namespace
 
 ControlState take_doorbells(int tcp_fd, int* error) {
   ErrnoGuard errno_guard;
   char bytes[64];
-  for (;;) {
+  for (int soft_errors = 0;;) {
     const ssize_t got = next::recv(tcp_fd, bytes, sizeof(bytes), MSG_DONTWAIT);
     if (got == 0) return ControlState::end_of_file;
     if (got < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return ControlState::quiet;
+      // The report is taken; the doorbells follow.
+      if (soft_errors++ < kSoftErrorsLookedPast && still_open(tcp_fd)) continue;
       return gone_with(error, errno);
     }
     if (!std::all_of(bytes, bytes + got, [](char byte) { return byte == kDoorbellByte; }))
@@ -45,12 +64,13 @@ ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells, int* er
   if (doorbells == DoorbellsPossible::yes) return take_doorbells(tcp_fd, error);
   ErrnoGuard errno_guard;
   char byte;
-  for (;;) {
+  for (int soft_errors = 0;;) {
     const ssize_t got = next::recv(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
     if (got == 0) return ControlState::end_of_file;
     if (got > 0) return ControlState::quiet;
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return ControlState::quiet;
+    if (soft_errors++ < kSoftErrorsLookedPast && still_open(tcp_fd)) continue;
     return gone_with(error, errno);
   }
 }

@@ -18,14 +18,15 @@ void ring_doorbell(int tcp_fd);
 enum class ControlState {
   quiet,        // nothing more (for now)
   end_of_file,  // the peer's FIN
-  gone,         // a reset, an error, or a byte that is not a doorbell
+  gone,         // a reset, an error that ended the connection, or a byte that is not a doorbell
 };
 
 // Reads every doorbell byte waiting on `tcp_fd` (only after the receiving
 // direction switched: before it, TCP bytes are the application's). Leaves
 // errno as it was. When gone, `error` (if given) is the socket's error the
 // read took (a read clears it: ECONNRESET, ETIMEDOUT...), ECONNRESET for a
-// byte that is not a doorbell.
+// byte that is not a doorbell. An error on a connection the kernel keeps
+// open (an ICMP report, with IP_RECVERR) is looked past: it is no end.
 ControlState take_doorbells(int tcp_fd, int* error = nullptr);
 
 enum class DoorbellsPossible : bool { no, yes };
