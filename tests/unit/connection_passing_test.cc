@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "stream/loopback_stream_pair.h"
+#include "support/loopback_tcp_connection.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/socket_upgrade.h"
 
@@ -48,20 +49,7 @@ struct PassingMessage {
 class ConnectionPassing : public ::testing::Test {
  protected:
   void SetUp() override {
-    const int listener = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(listener, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    ASSERT_EQ(listen(listener, 1), 0);
-    ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    ours = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_EQ(connect(ours, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    peer = accept(listener, nullptr, nullptr);
-    ASSERT_GE(peer, 0);
-    close(listener);
+    ASSERT_NO_FATAL_FAILURE(testing::connect_over_loopback(ours, peer));
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, carrier), 0);
   }
   void TearDown() override {

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "stream/control_doorbell.h"
+#include "support/loopback_tcp_connection.h"
 
 namespace qpsock::stream {
 namespace {
@@ -37,20 +38,7 @@ class ControlSoftErrorTest : public ::testing::Test {
   void SetUp() override {
     raw_ = socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
     if (raw_ < 0) GTEST_SKIP() << "no raw socket (not root): " << strerror(errno);
-    const int listener = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(listener, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    ASSERT_EQ(listen(listener, 1), 0);
-    ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    ours_ = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_EQ(connect(ours_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    peers_ = accept(listener, nullptr, nullptr);
-    ASSERT_GE(peers_, 0);
-    close(listener);
+    ASSERT_NO_FATAL_FAILURE(testing::connect_over_loopback(ours_, peers_));
     const int on = 1;
     ASSERT_EQ(setsockopt(ours_, IPPROTO_IP, IP_RECVERR, &on, sizeof(on)), 0);
   }
