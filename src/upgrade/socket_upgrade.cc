@@ -204,7 +204,8 @@ void connections_before_spawn(InheritedStreamsMarker& inherited) {
 void connections_before_exec(InheritedStreamsMarker& inherited) {
   ErrnoGuard errno_guard;
   if (!any_connections()) return;
-  visit_inheritable_streams(Inheriting::without_close_on_exec, [&inherited](int fd, Connection& connection) {
+  visit_inheritable_streams(Inheriting::without_close_on_exec,
+                            [&inherited](int fd, Connection& connection) {
     if (connection.inherited_stream()) {
       // Another process's stream: the new program is told, and refuses it too.
       name_socket(fd, inherited);

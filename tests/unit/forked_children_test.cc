@@ -79,7 +79,6 @@ TEST(ForkedChildren, AChildThatKeepsTheSocketIsFoundAndOneThatLetItGoIsNot) {
   close(sockets[0]);
 }
 
-
 // A shell forks a child for every command substitution: some child or other
 // may hold the socket at every moment, each for milliseconds. None of them
 // keeps it (a busy bash script over /dev/tcp stayed on TCP under load when

@@ -27,7 +27,8 @@ namespace {
 uint16_t internet_checksum(const void* data, size_t length) {
   const auto* bytes = static_cast<const uint8_t*>(data);
   uint32_t sum = 0;
-  for (size_t index = 0; index + 1 < length; index += 2) sum += (bytes[index] << 8) | bytes[index + 1];
+  for (size_t index = 0; index + 1 < length; index += 2)
+    sum += (bytes[index] << 8) | bytes[index + 1];
   if (length % 2 != 0) sum += bytes[length - 1] << 8;
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   return htons(static_cast<uint16_t>(~sum));
@@ -113,7 +114,8 @@ class ControlSoftErrorTest : public ::testing::Test {
 TEST_F(ControlSoftErrorTest, TheKernelReportsItOnceAndKeepsTheConnection) {
   // What the test relies on, without qpsock: a read sees the error once, then the connection works.
   send_host_unreachable();
-  ASSERT_TRUE(error_pending()) << "the ICMP report never reached the socket: the test proves nothing";
+  ASSERT_TRUE(error_pending())
+      << "the ICMP report never reached the socket: the test proves nothing";
   char byte;
   EXPECT_EQ(recv(ours_, &byte, 1, MSG_DONTWAIT | MSG_PEEK), -1);
   EXPECT_EQ(errno, EHOSTUNREACH);
