@@ -12,13 +12,21 @@ void SpinBudget::on_answered(Duration waited) {
   if (waited > limit_) {
     // Not worth staying awake for: back toward the floor, by halves, so that
     // one long wait among short ones does not undo what they taught.
-    recent_ /= 2;
+    mean_ /= 2;
+    deviation_ /= 2;
+  } else if (mean_.count() == 0) {
+    mean_ = waited;
+    deviation_ = waited / 2;
   } else {
-    // A moving average, so that one quick answer does not cut the spin below
-    // what the usual answer needs.
-    recent_ = recent_.count() == 0 ? waited : (3 * recent_ + waited) / 4;
+    // RFC 6298's gains (1/4 for the deviation, 1/8 for the mean): one quick
+    // answer does not cut the spin below what the usual one needs.
+    const Duration miss = waited > mean_ ? waited - mean_ : mean_ - waited;
+    deviation_ = (3 * deviation_ + miss) / 4;
+    mean_ = (7 * mean_ + waited) / 8;
   }
-  budget_ = std::clamp(recent_ + recent_ / 4, floor_, limit_);
+  // A quarter of the mean to spare at least: answers that never scattered
+  // so far still do now and then.
+  budget_ = std::clamp(mean_ + std::max(4 * deviation_, mean_ / 4), floor_, limit_);
 }
 
 }  // namespace qpsock::stream

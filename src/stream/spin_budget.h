@@ -1,10 +1,14 @@
 // How long a blocking wait for the peer's next bytes busy-polls before it
 // sleeps. At least spin_time; when a connection's recent such waits were
-// answered within spin_limit, as long as they took and a quarter more, up to
-// spin_limit: a wakeup from sleep
+// answered within spin_limit, long enough to cover nearly all of them: their
+// smoothed mean and four times their mean deviation (a quarter of the mean at
+// least), as TCP sizes its retransmission timeout (RFC 6298), up to
+// spin_limit. A wakeup from sleep
 // costs a few microseconds on real hardware but can cost a hundred or more
 // where the fabric or the machine is slow (a software RoCE, an emulator), and
-// a peer that answers within a round trip is worth waiting for awake.
+// a peer that answers within a round trip is worth waiting for awake. Covering
+// only the mean is not enough where answers scatter (under emulation, by half
+// their time and more): every answer later than the mean would pay a wakeup.
 // Waits that take longer than spin_limit (an idle connection) bring the spin
 // back down toward spin_time, so an idle program does not keep a core busy.
 #pragma once
@@ -28,7 +32,10 @@ class SpinBudget {
  private:
   Duration floor_;
   Duration limit_;
-  Duration recent_{0};  // a moving average of the waits answered within the limit
+  // Of the waits answered within the limit: a moving average, and a moving
+  // average of how far each fell from it.
+  Duration mean_{0};
+  Duration deviation_{0};
   Duration budget_;
 };
 
