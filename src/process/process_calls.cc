@@ -217,16 +217,40 @@ FILE* popen(const char* command, const char* mode) {
   return with_inherited_environ([&] { return next::popen(command, mode); });
 }
 
+namespace {
+
+// A spawned program holds the sockets it inherited, as a forked child does
+// (it may read one its file actions made its stdin): it is remembered with
+// the forked children, so that a client's upgrade still to be answered
+// declines while it keeps the socket. `spawn` takes where to put the pid,
+// which the caller may not want (a null `pid`).
+template <typename Spawn>
+int spawn_remembered(pid_t* pid, Spawn spawn) {
+  pid_t child = 0;
+  upgrade::fork_starting();
+  const int result = spawn(&child);
+  ErrnoGuard errno_guard;
+  upgrade::fork_finished(result == 0 && child > 0 ? child : -1);
+  if (result == 0 && pid != nullptr) *pid = child;
+  return result;
+}
+
+}  // namespace
+
 int posix_spawn(pid_t* pid, const char* path, const posix_spawn_file_actions_t* actions,
                 const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
   ProgramStart start(envp, NewProgram::starts_beside_it);
-  return next::posix_spawn(pid, path, actions, attributes, argv, start.environment());
+  return spawn_remembered(pid, [&](pid_t* child) {
+    return next::posix_spawn(child, path, actions, attributes, argv, start.environment());
+  });
 }
 
 int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t* actions,
                  const posix_spawnattr_t* attributes, char* const argv[], char* const envp[]) {
   ProgramStart start(envp, NewProgram::starts_beside_it);
-  return next::posix_spawnp(pid, file, actions, attributes, argv, start.environment());
+  return spawn_remembered(pid, [&](pid_t* child) {
+    return next::posix_spawnp(child, file, actions, attributes, argv, start.environment());
+  });
 }
 
 }  // namespace qpsock::process

@@ -1,7 +1,8 @@
-// The children this process forked while it had connections: a client's
-// upgrade is answered later, in the agent or the upgrade worker of the
-// process that connected, and a child forked before then may hold the socket
-// and use it over TCP (`exec 3<>/dev/tcp/...; cat <&3` in a shell). The
+// The children this process forked (or started with posix_spawn) while it
+// had connections: a client's upgrade is answered later, in the agent or the
+// upgrade worker of the process that connected, and a child forked before
+// then may hold the socket and use it over TCP (`exec 3<>/dev/tcp/...; cat
+// <&3` in a shell, a handler started with the socket as its stdin). The
 // answer then declines: an upgrade would move the peer's bytes to a stream
 // the child cannot read (docs/upgrade-protocol.md, "fork").
 #pragma once
@@ -12,8 +13,10 @@
 
 namespace qpsock::upgrade {
 
-// The fork wrapper: before the fork, and after it with fork's result (the
-// child's pid in the parent, 0 in the child, -1 when it failed).
+// The fork wrapper (and posix_spawn's, whose program holds the sockets it
+// inherited as a forked child does): before the fork, and after it with
+// fork's result (the child's pid in the parent, 0 in the child, -1 when it
+// failed).
 void fork_starting();
 void fork_finished(pid_t result);
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "process/process_calls.h"
 #include "upgrade/connection_registry.h"
 
 namespace qpsock::upgrade {
@@ -110,6 +112,39 @@ TEST(ForkedChildren, AStreamOfShortLivedChildrenDoesNotKeepTheSocket) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
   stop = true;
   shell.join();
+  detach_connection(kConnectionFd);
+  close(sockets[0]);
+  close(sockets[1]);
+}
+
+// posix_spawn starts a program with the process's descriptors and no fork
+// qpsock sees: a server's handler whose stdin is the socket, started before
+// the client's upgrade is answered, reads it over TCP. Before, the spawned
+// program was not looked at and the upgrade took the bytes it was reading.
+TEST(ForkedChildren, ASpawnedProgramThatKeepsTheSocketIsFound) {
+  int sockets[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+  attach_connection(kConnectionFd, std::make_shared<Connection>(config::Role::client));
+  const uint64_t inode = inode_of(sockets[0]);
+
+  posix_spawn_file_actions_t actions;
+  ASSERT_EQ(posix_spawn_file_actions_init(&actions), 0);
+  ASSERT_EQ(posix_spawn_file_actions_adddup2(&actions, sockets[0], 0), 0);
+  ASSERT_EQ(posix_spawn_file_actions_addclose(&actions, sockets[1]), 0);
+  char shell[] = "/bin/sh", dash_c[] = "-c", script[] = "read line";
+  char* argv[] = {shell, dash_c, script, nullptr};
+  char* envp[] = {nullptr};
+  // As a caller that does not want the pid: the child is remembered anyway.
+  ASSERT_EQ(process::posix_spawn(nullptr, "/bin/sh", &actions, nullptr, argv, envp), 0);
+  posix_spawn_file_actions_destroy(&actions);
+
+  EXPECT_TRUE(forked_child_keeps_socket(inode));
+
+  // The program reads its line, exits, and lets the socket go.
+  ASSERT_EQ(write(sockets[1], "bye\n", 4), 4);
+  int status = 0;
+  ASSERT_GT(wait(&status), 0);
+  EXPECT_FALSE(forked_child_keeps_socket(inode));
   detach_connection(kConnectionFd);
   close(sockets[0]);
   close(sockets[1]);
