@@ -11,6 +11,7 @@
 
 #include "libc/next_symbols.h"
 #include "sockets/connection_accounting.h"
+#include "upgrade/connection_registry.h"
 #include "upgrade/socket_upgrade.h"
 
 namespace qpsock::sockets {
@@ -48,9 +49,21 @@ bool vector_count_refused(int count) {
   return true;
 }
 
-bool message_refused(const msghdr& message) {
-  if (message.msg_iovlen <= IOV_MAX) return false;
+// As the kernel refuses them: a null header (EFAULT; other bad pointers are
+// read as they are given), too many iovecs (EMSGSIZE).
+bool message_refused(const msghdr* message) {
+  if (message == nullptr) {
+    errno = EFAULT;
+    return true;
+  }
+  if (message->msg_iovlen <= IOV_MAX) return false;
   errno = EMSGSIZE;
+  return true;
+}
+
+bool message_array_refused(const mmsghdr* messages, unsigned int count) {
+  if (messages != nullptr || count == 0) return false;
+  errno = EFAULT;
   return true;
 }
 
@@ -125,11 +138,12 @@ ssize_t sendto(int fd, const void* buffer, size_t count, int flags, const sockad
 
 ssize_t sendmsg(int fd, const msghdr* message, int flags) {
   if (auto connection = upgrade::connection_for_io(fd)) {
-    if (message_refused(*message)) return -1;
+    if (message_refused(message)) return -1;
     return connection->send(fd, {message->msg_iov, message->msg_iovlen}, flags);
   }
-  // A null message is the kernel's to refuse (EFAULT).
-  if (message != nullptr && message->msg_controllen != 0)
+  // A null message is the kernel's to refuse (EFAULT); and without
+  // connections there is nothing to look for in it.
+  if (message != nullptr && upgrade::any_connections() && message->msg_controllen != 0)
     upgrade::connections_before_passing(fd, *message, flags);
   return count_sent(fd, next::sendmsg(fd, message, flags));
 }
@@ -138,12 +152,13 @@ int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
   if (auto connection = upgrade::connection_for_io(fd)) {
     // As __sys_sendmmsg: an error ends the batch (reported only if nothing was
     // sent), and so does a message sent in part.
+    if (message_array_refused(messages, count)) return -1;
     const int saved_errno = errno;
     count = std::min<unsigned int>(count, UIO_MAXIOV);
     unsigned int done = 0;
     while (done < count) {
       const msghdr& message = messages[done].msg_hdr;
-      const ssize_t sent = message_refused(message)
+      const ssize_t sent = message_refused(&message)
                                ? -1
                                : connection->send(fd, {message.msg_iov, message.msg_iovlen}, flags);
       if (sent < 0) {
@@ -159,8 +174,9 @@ int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
     return static_cast<int>(done);
   }
   // The kernel sends at most UIO_MAXIOV of them.
-  for (unsigned int index = 0; messages != nullptr && index < std::min<unsigned int>(count, UIO_MAXIOV);
-       ++index)
+  const unsigned int looked_at =
+      upgrade::any_connections() ? std::min<unsigned int>(count, UIO_MAXIOV) : 0;
+  for (unsigned int index = 0; messages != nullptr && index < looked_at; ++index)
     if (messages[index].msg_hdr.msg_controllen != 0)
       upgrade::connections_before_passing(fd, messages[index].msg_hdr, flags);
   return count_messages(fd, next::sendmmsg(fd, messages, count, flags), messages,
@@ -185,7 +201,7 @@ ssize_t recvfrom(int fd, void* buffer, size_t count, int flags, sockaddr* addres
 
 ssize_t recvmsg(int fd, msghdr* message, int flags) {
   if (auto connection = upgrade::connection_for_io(fd)) {
-    if (message_refused(*message)) return -1;
+    if (message_refused(message)) return -1;
     const ssize_t got = connection->receive(fd, {message->msg_iov, message->msg_iovlen}, flags);
     if (got >= 0) {
       message->msg_namelen = 0;
@@ -217,12 +233,13 @@ int recvmmsg(int fd, mmsghdr* messages, unsigned int count, int flags, timespec*
         deadline.tv_nsec -= 1000000000L;
       }
     }
+    if (message_array_refused(messages, count)) return -1;
     const int saved_errno = errno;
     int each_flags = flags & ~MSG_WAITFORONE;
     unsigned int done = 0;
     while (done < count) {
       msghdr& message = messages[done].msg_hdr;
-      const ssize_t got = message_refused(message)
+      const ssize_t got = message_refused(&message)
                               ? -1
                               : connection->receive(fd, {message.msg_iov, message.msg_iovlen}, each_flags);
       if (got < 0) {

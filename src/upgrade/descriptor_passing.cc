@@ -92,8 +92,9 @@ void settle_before_passing(int fd, Connection& connection, int carrier_fd, int f
 }  // namespace
 
 void connections_before_passing(int carrier_fd, const msghdr& message, int flags) {
-  if (message.msg_control == nullptr || message.msg_controllen < sizeof(cmsghdr) ||
-      !any_connections())
+  // Without connections nothing is read: a bad pointer is the kernel's to refuse.
+  if (!any_connections() || message.msg_control == nullptr ||
+      message.msg_controllen < sizeof(cmsghdr))
     return;
   ErrnoGuard errno_guard;
   // The macros only read; they take a non-const header.

@@ -730,6 +730,25 @@ static void iov_limits_peer(int fd) {
   say("read=%s crc=%08x", result(got), crc_of(data, got));
 }
 
+/* A null message header (or array of them) is refused with EFAULT, as the
+   kernel refuses it, and the connection goes on. A variable keeps the
+   compiler from seeing the null. */
+static void null_messages_subject(int fd) {
+  struct msghdr* volatile none = NULL;
+  struct mmsghdr* volatile no_array = NULL;
+  say("sendmsg_null=%s", result(sendmsg(fd, none, 0)));
+  say("recvmsg_null=%s", result(recvmsg(fd, none, MSG_DONTWAIT)));
+  say("sendmmsg_null=%s", result(sendmmsg(fd, no_array, 1, 0)));
+  say("recvmmsg_null=%s", result(recvmmsg(fd, no_array, 1, MSG_DONTWAIT, NULL)));
+  write_64(fd, 3, 4001);
+  read_64(fd, total_64(4003));
+}
+
+static void null_messages_peer(int fd) {
+  read_64(fd, total_64(4001));
+  write_64(fd, 4, 4003);
+}
+
 /* sendmsg/recvmsg with iovecs; what recvmsg reports besides the data. */
 static const size_t kMessagePieces[8] = {1, 100, 0, 4096, 7, 20000, 3, 999};
 #define MESSAGE_TOTAL 25206
@@ -1521,6 +1540,7 @@ static const struct semantics_case kCases[] = {
     {"siocoutq", siocoutq_subject, siocoutq_peer},
     {"iov64", iov64_subject, iov64_peer},
     {"iov_limits", iov_limits_subject, iov_limits_peer},
+    {"null_messages", null_messages_subject, null_messages_peer},
     {"sendmsg_recvmsg", sendmsg_recvmsg_subject, sendmsg_recvmsg_peer},
     {"msg_trunc", msg_trunc_subject, msg_trunc_peer},
     {"mmsg", mmsg_subject, mmsg_peer},
