@@ -11,7 +11,6 @@
 
 #include "libc/next_symbols.h"
 #include "sockets/connection_accounting.h"
-#include "upgrade/connection_registry.h"
 #include "upgrade/socket_upgrade.h"
 
 namespace qpsock::sockets {
@@ -141,10 +140,8 @@ ssize_t sendmsg(int fd, const msghdr* message, int flags) {
     if (message_refused(message)) return -1;
     return connection->send(fd, {message->msg_iov, message->msg_iovlen}, flags);
   }
-  // A null message is the kernel's to refuse (EFAULT); and without
-  // connections there is nothing to look for in it.
-  if (message != nullptr && upgrade::any_connections() && message->msg_controllen != 0)
-    upgrade::connections_before_passing(fd, *message, flags);
+  // A null message is the kernel's to refuse (EFAULT).
+  if (message != nullptr) upgrade::connections_before_passing(fd, *message, flags);
   return count_sent(fd, next::sendmsg(fd, message, flags));
 }
 
@@ -174,11 +171,9 @@ int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
     return static_cast<int>(done);
   }
   // The kernel sends at most UIO_MAXIOV of them.
-  const unsigned int looked_at =
-      upgrade::any_connections() ? std::min<unsigned int>(count, UIO_MAXIOV) : 0;
-  for (unsigned int index = 0; messages != nullptr && index < looked_at; ++index)
-    if (messages[index].msg_hdr.msg_controllen != 0)
-      upgrade::connections_before_passing(fd, messages[index].msg_hdr, flags);
+  for (unsigned int index = 0; messages != nullptr && index < std::min<unsigned int>(count, UIO_MAXIOV);
+       ++index)
+    upgrade::connections_before_passing(fd, messages[index].msg_hdr, flags);
   return count_messages(fd, next::sendmmsg(fd, messages, count, flags), messages,
                         stats::Direction::sent, flags);
 }

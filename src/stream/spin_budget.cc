@@ -25,8 +25,11 @@ void SpinBudget::on_answered(Duration waited) {
     mean_ = (7 * mean_ + waited) / 8;
   }
   // A quarter of the mean to spare at least: answers that never scattered
-  // so far still do now and then.
-  budget_ = std::clamp(mean_ + std::max(4 * deviation_, mean_ / 4), floor_, limit_);
+  // so far still do now and then. Twice the mean at most: one odd answer
+  // (a 1 ms one among 10 us ones) must not keep every later wait spinning
+  // until spin_limit, where a wakeup costs microseconds (real hardware).
+  const Duration margin = std::clamp(4 * deviation_, mean_ / 4, 2 * mean_);
+  budget_ = std::clamp(mean_ + margin, floor_, limit_);
 }
 
 }  // namespace qpsock::stream

@@ -2,8 +2,8 @@
 // sleeps. At least spin_time; when a connection's recent such waits were
 // answered within spin_limit, long enough to cover nearly all of them: their
 // smoothed mean and four times their mean deviation (a quarter of the mean at
-// least), as TCP sizes its retransmission timeout (RFC 6298), up to
-// spin_limit. A wakeup from sleep
+// least, twice the mean at most), as TCP sizes its retransmission timeout
+// (RFC 6298), up to spin_limit. A wakeup from sleep
 // costs a few microseconds on real hardware but can cost a hundred or more
 // where the fabric or the machine is slow (a software RoCE, an emulator), and
 // a peer that answers within a round trip is worth waiting for awake. Covering

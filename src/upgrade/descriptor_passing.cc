@@ -92,7 +92,8 @@ void settle_before_passing(int fd, Connection& connection, int carrier_fd, int f
 }  // namespace
 
 void connections_before_passing(int carrier_fd, const msghdr& message, int flags) {
-  // Without connections nothing is read: a bad pointer is the kernel's to refuse.
+  // Without connections nothing is read (one test of a counter): a bad
+  // pointer is the kernel's to refuse.
   if (!any_connections() || message.msg_control == nullptr ||
       message.msg_controllen < sizeof(cmsghdr))
     return;

@@ -20,8 +20,9 @@ namespace qpsock::upgrade {
 void fork_starting();
 void fork_finished(pid_t result);
 
-// Whether a child this process forked (one of the last 64, forked while it
-// had connections) keeps the socket with `inode`: one of the children that
+// Whether a child this process forked (one of the last 64 forked or spawned
+// while it had connections: a process that starts many programs may push an
+// old child out) keeps the socket with `inode`: one of the children that
 // hold it now still holds it after up to 200 ms. A shell forks a child for
 // every command substitution and program, each holding the socket until it
 // exits or execs, most within milliseconds (and the next may be forked

@@ -740,6 +740,12 @@ static void null_messages_subject(int fd) {
   say("recvmsg_null=%s", result(recvmsg(fd, none, MSG_DONTWAIT)));
   say("sendmmsg_null=%s", result(sendmmsg(fd, no_array, 1, 0)));
   say("recvmmsg_null=%s", result(recvmmsg(fd, no_array, 1, MSG_DONTWAIT, NULL)));
+  /* No messages asked for: nothing to read, nothing refused. */
+  say("sendmmsg_null_none=%s", result(sendmmsg(fd, no_array, 0, 0)));
+  say("recvmmsg_null_none=%s", result(recvmmsg(fd, no_array, 0, MSG_DONTWAIT, NULL)));
+  /* A bad timeout is refused before the messages are looked at. */
+  struct timespec bad_timeout = {0, 2000000000L};
+  say("recvmmsg_null_bad_timeout=%s", result(recvmmsg(fd, no_array, 1, 0, &bad_timeout)));
   write_64(fd, 3, 4001);
   read_64(fd, total_64(4003));
 }
