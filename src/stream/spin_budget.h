@@ -3,12 +3,12 @@
 // answered within spin_limit, long enough to cover nearly all of them: their
 // smoothed mean and four times their mean deviation (a quarter of the mean at
 // least, twice the mean at most), as TCP sizes its retransmission timeout
-// (RFC 6298), up to spin_limit. A wakeup from sleep
-// costs a few microseconds on real hardware but can cost a hundred or more
-// where the fabric or the machine is slow (a software RoCE, an emulator), and
-// a peer that answers within a round trip is worth waiting for awake. Covering
-// only the mean is not enough where answers scatter (under emulation, by half
-// their time and more): every answer later than the mean would pay a wakeup.
+// (RFC 6298), up to spin_limit. A wakeup from sleep costs a few microseconds
+// on real hardware but can cost a hundred or more where the fabric or the
+// machine is slow (a software RoCE, an emulator), and a peer that answers
+// within a round trip is worth waiting for awake. Covering only the mean is
+// not enough where answers scatter (under emulation, by half their time and
+// more): every answer later than the mean would pay a wakeup.
 // Waits that take longer than spin_limit (an idle connection) bring the spin
 // back down toward spin_time, so an idle program does not keep a core busy.
 #pragma once
