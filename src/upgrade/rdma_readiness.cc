@@ -11,6 +11,7 @@
 
 #include "common/log.h"
 #include "stream/record.h"
+#include "transport/verbs/verbs_library.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -57,6 +58,8 @@ uint64_t pinned_bytes_per_connection(uint64_t ring_size) {
 
 const char* reason_rdma_unusable(uint64_t ring_size) {
   if (!rdma_devices_present()) return "no RDMA device on this host";
+  // Loaded only now, on a host with devices (logged once when it fails).
+  if (!transport::verbs::verbs_library_loaded()) return "the RDMA libraries cannot be loaded";
   rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return nullptr;
   const uint64_t needed = pinned_bytes_per_connection(ring_size);

@@ -17,8 +17,9 @@
 # (bulk_exchange), proved upgraded in qpsock-stat before any data moves and
 # proved carried by Soft-RoCE by the counters; a qpsock client with a plain
 # server and the reverse (bytes intact, no wait); RLIMIT_MEMLOCK too low
-# (logged fallback); iperf3 -P 4 over RDMA; socat forking a child per
-# connection; children forked mid-stream that exec or exit with the upgraded
+# (logged fallback); librdmacm that cannot be loaded (logged fallback);
+# iperf3 -P 4 over RDMA; socat forking a child per connection; children
+# forked mid-stream that exec or exit with the upgraded
 # socket inherited; a writer's shutdown(SHUT_WR) whose FIN overtakes its last
 # RDMA writes; a writer killed mid-stream (EOF, as over TCP, also in the
 # middle of a rendezvous); curl --interface (IP_BIND_ADDRESS_NO_PORT) against
@@ -151,6 +152,7 @@ PY
 # Sets PAIR_MS (the exchange's wall time), PAIR_SPID, PAIR_CPID.
 qpsock_prefix() {  # log-file
     [[ -n ${NOLOCK:-} ]] && echo -n "${nolock[*]} "
+    [[ -n ${NOLIBRARY:-} ]] && echo -n "env LD_LIBRARY_PATH=$NOLIBRARY "
     echo timeout 300 "$RUN" --library "$LIB" --set same_host=rdma --set upgrade_timeout=20s \
         --log-level debug --log-file "$1" ${NO_OFFLOAD:+--no-offload} --
 }
@@ -331,6 +333,20 @@ if grep -q "RLIMIT_MEMLOCK is 64 KiB" "$LOG/memlock.server.qplog" && grep -q "RL
     pass "memlock: RLIMIT_MEMLOCK 64 KiB logged at both ends, stayed on TCP"
 else
     fail "memlock: no RLIMIT_MEMLOCK line, or upgraded"; show "$LOG"/memlock.*.qplog
+fi
+
+# --- 3b. librdmacm cannot be loaded: a logged fallback ----------------------
+# qpsock opens the RDMA libraries with dlopen when a connection could use
+# them; a broken one (here an empty file found first on LD_LIBRARY_PATH)
+# leaves every connection on TCP, with one line saying why.
+mkdir -p "$LOG/nolibrary" && : >"$LOG/nolibrary/librdmacm.so.1"
+NOLIBRARY=$LOG/nolibrary run_pair nolibrary "$SMALL" qpsock qpsock
+if [[ $(grep -c "RDMA libraries cannot be loaded.*librdmacm.so.1" "$LOG/nolibrary.server.qplog") == 1 ]] &&
+   [[ $(grep -c "RDMA libraries cannot be loaded.*librdmacm.so.1" "$LOG/nolibrary.client.qplog") == 1 ]] &&
+   [[ $(upgraded_in "$LOG/nolibrary.server.qplog") == 0 && $(upgraded_in "$LOG/nolibrary.client.qplog") == 0 ]]; then
+    pass "nolibrary: one 'cannot be loaded' line at each end, stayed on TCP"
+else
+    fail "nolibrary: no 'cannot be loaded' line, or upgraded"; show "$LOG"/nolibrary.*.qplog
 fi
 
 # --- 4. iperf3 -P 4 over RDMA ------------------------------------------------

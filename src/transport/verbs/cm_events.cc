@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "libc/next_symbols.h"
+#include "transport/verbs/verbs_library.h"
 
 namespace qpsock::transport::verbs {
 
@@ -17,7 +18,7 @@ int make_nonblocking(int fd) {
 }
 
 int create_event_channel(EventChannel& channel) {
-  EventChannel created(rdma_create_event_channel());
+  EventChannel created(verbs_library().rdma_create_event_channel());
   if (created == nullptr) return errno != 0 ? -errno : -ENODEV;
   if (int error = make_nonblocking(created->fd); error < 0) return error;
   channel = std::move(created);
@@ -34,7 +35,7 @@ int milliseconds_until(Deadline deadline) {
 int next_cm_event(rdma_event_channel* channel, Deadline deadline, CmEvent& event) {
   for (;;) {
     rdma_cm_event* raw = nullptr;
-    if (rdma_get_cm_event(channel, &raw) == 0) {
+    if (verbs_library().rdma_get_cm_event(channel, &raw) == 0) {
       event.reset(raw);
       return 0;
     }

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "transport/verbs/connection_hello.h"
 #include "transport/verbs/socket_address.h"
+#include "transport/verbs/verbs_library.h"
 
 namespace qpsock::transport::verbs {
 namespace {
@@ -50,7 +51,7 @@ int VerbsConnector::connect(const sockaddr_storage& local, const sockaddr_storag
   if (int error = create_event_channel(events); error < 0)
     return explain_failure(level, peer, "no rdma_cm (rdma_create_event_channel)", error);
   rdma_cm_id* raw_id = nullptr;
-  if (rdma_create_id(events.get(), &raw_id, nullptr, RDMA_PS_TCP) != 0)
+  if (verbs_library().rdma_create_id(events.get(), &raw_id, nullptr, RDMA_PS_TCP) != 0)
     return explain_failure(level, peer, "rdma_create_id", -errno);
   CmId id(raw_id);
   std::unique_ptr<VerbsTransport> transport;
@@ -65,18 +66,18 @@ int VerbsConnector::connect(const sockaddr_storage& local, const sockaddr_storag
   auto* destination = reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&peer));
   int wait = milliseconds_until(deadline);
   if (wait == 0) return explain_failure(level, peer, "resolving the address", -ETIMEDOUT);
-  if (rdma_resolve_addr(id.get(), source, destination, wait) != 0)
+  if (verbs_library().rdma_resolve_addr(id.get(), source, destination, wait) != 0)
     return explain_failure(level, peer, "rdma_resolve_addr", -errno);
   if (int error = expect_cm_event(events.get(), RDMA_CM_EVENT_ADDR_RESOLVED, deadline, event);
       error < 0)
     return explain_failure(level, peer, "resolving the address", error, event);
   event.reset();
   QPSOCK_LOG(debug, "verbs: %s resolved to %s in %lld ms", describe_address(peer).c_str(),
-             ibv_get_device_name(id->verbs->device),
+             verbs_library().ibv_get_device_name(id->verbs->device),
              static_cast<long long>(milliseconds_since(started)));
   wait = milliseconds_until(deadline);
   if (wait == 0) return explain_failure(level, peer, "resolving the route", -ETIMEDOUT);
-  if (rdma_resolve_route(id.get(), wait) != 0)
+  if (verbs_library().rdma_resolve_route(id.get(), wait) != 0)
     return explain_failure(level, peer, "rdma_resolve_route", -errno);
   if (int error = expect_cm_event(events.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, event);
       error < 0)
@@ -89,7 +90,7 @@ int VerbsConnector::connect(const sockaddr_storage& local, const sockaddr_storag
   const EncodedHello hello = encode_hello(local_hello(*transport));
   rdma_conn_param parameters = connection_parameters(
       hello.data(), hello.size(), transport->reads_asked(), transport->reads_served());
-  if (rdma_connect(transport->cm_id(), &parameters) != 0)
+  if (verbs_library().rdma_connect(transport->cm_id(), &parameters) != 0)
     return explain_failure(level, peer, "rdma_connect", -errno);
   if (int error =
           expect_cm_event(transport->cm_events(), RDMA_CM_EVENT_ESTABLISHED, deadline, event);

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <utility>
 
+#include "transport/verbs/verbs_library.h"
+
 namespace qpsock::transport::verbs {
 
 QueuePair::QueuePair(QueuePair&& other) noexcept : id_(std::exchange(other.id_, nullptr)) {}
@@ -17,13 +19,14 @@ QueuePair& QueuePair::operator=(QueuePair&& other) noexcept {
 
 int QueuePair::create(rdma_cm_id* id, ibv_pd* domain, ibv_qp_init_attr& attributes) {
   reset();
-  if (rdma_create_qp(id, domain, &attributes) != 0) return errno != 0 ? -errno : -EINVAL;
+  if (verbs_library().rdma_create_qp(id, domain, &attributes) != 0)
+    return errno != 0 ? -errno : -EINVAL;
   id_ = id;
   return 0;
 }
 
 void QueuePair::reset() {
-  if (id_ != nullptr) rdma_destroy_qp(id_);
+  if (id_ != nullptr) verbs_library().rdma_destroy_qp(id_);
   id_ = nullptr;
 }
 

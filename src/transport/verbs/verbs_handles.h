@@ -6,51 +6,54 @@
 // before its event channel.
 #pragma once
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
-
 #include <memory>
+
+#include "transport/verbs/verbs_library.h"
 
 namespace qpsock::transport::verbs {
 
 struct EventChannelDeleter {
-  void operator()(rdma_event_channel* channel) const { rdma_destroy_event_channel(channel); }
+  void operator()(rdma_event_channel* channel) const {
+    verbs_library().rdma_destroy_event_channel(channel);
+  }
 };
 using EventChannel = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
 
 // Every event of the id must have been acknowledged (rdma_destroy_id waits for it).
 struct CmIdDeleter {
-  void operator()(rdma_cm_id* id) const { rdma_destroy_id(id); }
+  void operator()(rdma_cm_id* id) const { verbs_library().rdma_destroy_id(id); }
 };
 using CmId = std::unique_ptr<rdma_cm_id, CmIdDeleter>;
 
 struct CmEventAcknowledger {
-  void operator()(rdma_cm_event* event) const { rdma_ack_cm_event(event); }
+  void operator()(rdma_cm_event* event) const { verbs_library().rdma_ack_cm_event(event); }
 };
 // An event from rdma_get_cm_event, acknowledged when it goes (its private
 // data goes with it: copy what must outlive it).
 using CmEvent = std::unique_ptr<rdma_cm_event, CmEventAcknowledger>;
 
 struct ProtectionDomainDeleter {
-  void operator()(ibv_pd* domain) const { ibv_dealloc_pd(domain); }
+  void operator()(ibv_pd* domain) const { verbs_library().ibv_dealloc_pd(domain); }
 };
 // Shared: each memory registration keeps its domain alive, so the domain goes
 // after the last region registered in it, whatever the order of the owners.
 using ProtectionDomain = std::shared_ptr<ibv_pd>;
 
 struct CompletionChannelDeleter {
-  void operator()(ibv_comp_channel* channel) const { ibv_destroy_comp_channel(channel); }
+  void operator()(ibv_comp_channel* channel) const {
+    verbs_library().ibv_destroy_comp_channel(channel);
+  }
 };
 using CompletionChannel = std::unique_ptr<ibv_comp_channel, CompletionChannelDeleter>;
 
 // Every event taken from its channel must have been acknowledged.
 struct CompletionQueueDeleter {
-  void operator()(ibv_cq* queue) const { ibv_destroy_cq(queue); }
+  void operator()(ibv_cq* queue) const { verbs_library().ibv_destroy_cq(queue); }
 };
 using CompletionQueue = std::unique_ptr<ibv_cq, CompletionQueueDeleter>;
 
 struct MemoryRegionDeleter {
-  void operator()(ibv_mr* region) const { ibv_dereg_mr(region); }
+  void operator()(ibv_mr* region) const { verbs_library().ibv_dereg_mr(region); }
 };
 using MemoryRegion = std::unique_ptr<ibv_mr, MemoryRegionDeleter>;
 

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "transport/verbs/connection_hello.h"
 #include "transport/verbs/socket_address.h"
+#include "transport/verbs/verbs_library.h"
 
 namespace qpsock::transport::verbs {
 namespace {
@@ -37,13 +38,13 @@ int VerbsListener::listen(const sockaddr_storage& local, const VerbsOptions& opt
   if (int error = create_event_channel(events); error < 0)
     return explain_failure(level, where.c_str(), "no rdma_cm (rdma_create_event_channel)", error);
   rdma_cm_id* raw_id = nullptr;
-  if (rdma_create_id(events.get(), &raw_id, nullptr, RDMA_PS_TCP) != 0)
+  if (verbs_library().rdma_create_id(events.get(), &raw_id, nullptr, RDMA_PS_TCP) != 0)
     return explain_failure(level, where.c_str(), "rdma_create_id", -errno);
   CmId id(raw_id);
-  if (rdma_bind_addr(id.get(),
-                     reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&local))) != 0)
+  if (verbs_library().rdma_bind_addr(
+          id.get(), reinterpret_cast<sockaddr*>(const_cast<sockaddr_storage*>(&local))) != 0)
     return explain_failure(level, where.c_str(), "rdma_bind_addr", -errno);
-  if (rdma_listen(id.get(), kBacklog) != 0)
+  if (verbs_library().rdma_listen(id.get(), kBacklog) != 0)
     return explain_failure(level, where.c_str(), "rdma_listen", -errno);
   out =
       std::make_unique<VerbsListener>(ConstructionKey{}, std::move(events), std::move(id), options);
@@ -54,7 +55,7 @@ VerbsListener::VerbsListener(ConstructionKey, EventChannel events, CmId id,
                              const VerbsOptions& options)
     : events_(std::move(events)), id_(std::move(id)), options_(options) {}
 
-uint16_t VerbsListener::port() const { return ntohs(rdma_get_src_port(id_.get())); }
+uint16_t VerbsListener::port() const { return ntohs(verbs_library().rdma_get_src_port(id_.get())); }
 
 int VerbsListener::event_fd() const { return events_->fd; }
 
@@ -83,13 +84,13 @@ int VerbsListener::accept(Deadline deadline, VerbsConnection& out) {
   // Acknowledged before the id moves: rdma_migrate_id waits for that.
   request.reset();
   if (hello_status < 0) {
-    rdma_reject(id.get(), nullptr, 0);
+    verbs_library().rdma_reject(id.get(), nullptr, 0);
     return explain_failure(level, where.c_str(), "a connect request without a qpsock hello", hello_status);
   }
 
   if (int error = create_event_channel(events); error < 0)
     return explain_failure(level, where.c_str(), "rdma_create_event_channel", error);
-  if (rdma_migrate_id(id.get(), events.get()) != 0)
+  if (verbs_library().rdma_migrate_id(id.get(), events.get()) != 0)
     return explain_failure(level, where.c_str(), "rdma_migrate_id", -errno);
   std::unique_ptr<VerbsTransport> transport;
   if (int error = VerbsTransport::create(std::move(events), std::move(id), options_, transport);
@@ -100,7 +101,7 @@ int VerbsListener::accept(Deadline deadline, VerbsConnection& out) {
   rdma_conn_param parameters = connection_parameters(
       hello.data(), hello.size(), std::min(transport->reads_asked(), peer_responder_resources),
       std::min(transport->reads_served(), peer_initiator_depth));
-  if (rdma_accept(transport->cm_id(), &parameters) != 0)
+  if (verbs_library().rdma_accept(transport->cm_id(), &parameters) != 0)
     return explain_failure(level, where.c_str(), "rdma_accept", -errno);
   CmEvent established;
   if (int error =

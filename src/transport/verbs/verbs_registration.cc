@@ -2,6 +2,8 @@
 
 #include <cerrno>
 
+#include "transport/verbs/verbs_library.h"
+
 namespace qpsock::transport::verbs {
 
 using stream::MemoryAccess;
@@ -21,7 +23,8 @@ int access_flags(MemoryAccess access) {
 int VerbsRegistration::create(ProtectionDomain domain, void* address, size_t length,
                               MemoryAccess access, std::unique_ptr<VerbsRegistration>& out) {
   if (domain == nullptr || address == nullptr || length == 0) return -EINVAL;
-  MemoryRegion region(ibv_reg_mr(domain.get(), address, length, access_flags(access)));
+  MemoryRegion region(verbs_library().ibv_reg_mr_iova2(
+      domain.get(), address, length, reinterpret_cast<uint64_t>(address), access_flags(access)));
   if (region == nullptr) return errno != 0 ? -errno : -ENOMEM;
   out = std::make_unique<VerbsRegistration>(ConstructionKey{}, std::move(domain), std::move(region),
                                             access);

@@ -1,5 +1,6 @@
 // VerbsTransport's data path: registrations, posts, polls, arming and
 // breaking the link. Setup is in verbs_transport_setup.cc.
+#include "transport/verbs/verbs_library.h"
 #include "transport/verbs/verbs_transport.h"
 
 #include <arpa/inet.h>
@@ -209,7 +210,7 @@ void VerbsTransport::note_failure(const ibv_wc& work) {
   // unless nothing of ours moved the queue pair to the error state first.
   if (!std::exchange(failure_logged_, true) && (work.status != IBV_WC_WR_FLUSH_ERR || !broken_))
     QPSOCK_LOG(info, "verbs: connection on %s failed: %s (vendor error %u)",
-               device_name(), ibv_wc_status_str(work.status), work.vendor_err);
+               device_name(), verbs_library().ibv_wc_status_str(work.status), work.vendor_err);
   break_link();
 }
 
@@ -217,8 +218,8 @@ void VerbsTransport::consume_wakeups() {
   if (completion_armed_) {
     ibv_cq* queue = nullptr;
     void* context = nullptr;
-    while (ibv_get_cq_event(completion_channel_.get(), &queue, &context) == 0) {
-      ibv_ack_cq_events(queue, 1);
+    while (verbs_library().ibv_get_cq_event(completion_channel_.get(), &queue, &context) == 0) {
+      verbs_library().ibv_ack_cq_events(queue, 1);
       completion_armed_ = false;
     }
   }
@@ -238,13 +239,14 @@ bool VerbsTransport::cm_check_due() {
 
 void VerbsTransport::consume_cm_events() {
   rdma_cm_event* raw = nullptr;
-  while (rdma_get_cm_event(events_.get(), &raw) == 0) {
+  while (verbs_library().rdma_get_cm_event(events_.get(), &raw) == 0) {
     const CmEvent event(raw);
     switch (event->event) {
       case RDMA_CM_EVENT_DISCONNECTED:
       case RDMA_CM_EVENT_DEVICE_REMOVAL:
         if (!broken_)
-          QPSOCK_LOG(debug, "verbs: %s on %s", rdma_event_str(event->event), device_name());
+          QPSOCK_LOG(debug, "verbs: %s on %s", verbs_library().rdma_event_str(event->event),
+                     device_name());
         if (event->event == RDMA_CM_EVENT_DISCONNECTED && !disconnected_) peer_left_ = true;
         // The error state flushes everything: the engine learns it from a completion.
         break_link();
@@ -267,7 +269,8 @@ void VerbsTransport::break_link() {
   if (std::exchange(broken_, true)) return;
   ibv_qp_attr attributes{};
   attributes.qp_state = IBV_QPS_ERR;
-  if (int error = ibv_modify_qp(queue_pair_.get(), &attributes, IBV_QP_STATE); error != 0)
+  if (int error = verbs_library().ibv_modify_qp(queue_pair_.get(), &attributes, IBV_QP_STATE);
+      error != 0)
     QPSOCK_LOG(warn, "verbs: moving the queue pair on %s to the error state failed: %d",
                device_name(), error);
 }
@@ -278,7 +281,7 @@ void VerbsTransport::disconnect() {
   // The error state first: from here the peer can no longer touch our memory.
   break_link();
   // A DREQ, or the DREP to the peer's (fails harmlessly if the CM is past that).
-  rdma_disconnect(id_.get());
+  verbs_library().rdma_disconnect(id_.get());
 }
 
 }  // namespace qpsock::transport::verbs

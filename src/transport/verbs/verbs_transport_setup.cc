@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "transport/verbs/cm_events.h"
+#include "transport/verbs/verbs_library.h"
 #include "transport/verbs/verbs_transport.h"
 
 namespace qpsock::transport::verbs {
@@ -75,7 +76,7 @@ VerbsTransport::~VerbsTransport() {
 int VerbsTransport::set_up(const VerbsOptions& requested) {
   ibv_context* context = id_->verbs;
   ibv_device_attr device{};
-  if (int error = ibv_query_device(context, &device); error != 0) return -error;
+  if (int error = verbs_library().ibv_query_device(context, &device); error != 0) return -error;
   const VerbsOptions options = within_device_limits(requested, device);
   reads_unreliable_ = device.vendor_id == kSoftRoceVendorId;
   if (!options_valid(options)) return -ENOMEM;
@@ -85,16 +86,16 @@ int VerbsTransport::set_up(const VerbsOptions& requested) {
   reads_served_ = static_cast<uint8_t>(
       std::min({options.max_outstanding_reads, 255u, clamp_to(255, device.max_qp_rd_atom)}));
 
-  ibv_pd* domain = ibv_alloc_pd(context);
+  ibv_pd* domain = verbs_library().ibv_alloc_pd(context);
   if (domain == nullptr) return errno_or(-ENOMEM);
   domain_ = ProtectionDomain(domain, ProtectionDomainDeleter{});
-  completion_channel_.reset(ibv_create_comp_channel(context));
+  completion_channel_.reset(verbs_library().ibv_create_comp_channel(context));
   if (completion_channel_ == nullptr) return errno_or(-ENOMEM);
   if (int error = make_nonblocking(completion_channel_->fd); error < 0) return error;
   const int queue_entries =
       static_cast<int>(options.send_queue_depth + options.notification_capacity);
   completion_queue_.reset(
-      ibv_create_cq(context, queue_entries, nullptr, completion_channel_.get(), 0));
+      verbs_library().ibv_create_cq(context, queue_entries, nullptr, completion_channel_.get(), 0));
   if (completion_queue_ == nullptr) return errno_or(-ENOMEM);
   if (int error = create_queue_pair(options); error < 0) return error;
   if (int error = map_ring(options.ring_size); error < 0) return error;
@@ -183,8 +184,8 @@ int VerbsTransport::open_wait_set() {
 int VerbsTransport::complete_connection() {
   ibv_qp_attr attributes{};
   ibv_qp_init_attr initial{};
-  if (int error = ibv_query_qp(queue_pair_.get(), &attributes,
-                               IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_PATH_MTU, &initial);
+  if (int error = verbs_library().ibv_query_qp(
+          queue_pair_.get(), &attributes, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_PATH_MTU, &initial);
       error != 0)
     return -error;
   max_outstanding_reads_ = attributes.max_rd_atomic;
@@ -201,7 +202,8 @@ int VerbsTransport::complete_connection() {
 }
 
 const char* VerbsTransport::device_name() const {
-  return id_ != nullptr && id_->verbs != nullptr ? ibv_get_device_name(id_->verbs->device) : "?";
+  if (id_ == nullptr || id_->verbs == nullptr) return "?";
+  return verbs_library().ibv_get_device_name(id_->verbs->device);
 }
 
 }  // namespace qpsock::transport::verbs
