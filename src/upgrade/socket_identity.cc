@@ -96,6 +96,25 @@ int socket_inode_of_fd(int fd, uint64_t& inode) {
   return 0;
 }
 
+int current_peer_address(const Connection& connection, int& tcp_fd, uint64_t socket_inode,
+                         sockaddr_storage& peer) {
+  // A few tries: the moves a program makes are far apart next to a lookup.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int fd = attached_fd(&connection, tcp_fd);
+    if (fd < 0) return -ENOTCONN;
+    socklen_t length = sizeof(peer);
+    peer = {};
+    const bool connected =
+        next::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0;
+    uint64_t inode = 0;
+    if (socket_inode_of_fd(fd, inode) == 0 && inode == socket_inode) {
+      tcp_fd = fd;
+      return connected ? 0 : -ENOTCONN;
+    }
+  }
+  return -ENOTCONN;
+}
+
 bool process_holds_socket(pid_t pid, uint64_t inode) {
   char directory_path[64];
   snprintf(directory_path, sizeof(directory_path), "/proc/%d/fd", static_cast<int>(pid));

@@ -28,6 +28,16 @@ int socket_inode_of_fd(int fd, uint64_t& inode);
 // application closed it, and may have reused the number).
 int socket_fd_of(const Connection& connection, int offered_fd, uint64_t socket_inode);
 
+// The peer address of `connection`'s socket (inode `socket_inode`), read
+// through the fd that holds it now, which `tcp_fd` (the last number known)
+// becomes. The application may renumber the socket while we look: a shell's
+// `printf ... >&3` dup2s it onto fd 1 for the builtin and then puts fd 1
+// back, so a reading counts only if its fd still names the socket after it.
+// 0; -ENOTCONN when the socket is gone or its TCP connection has no peer
+// (ended: both FINs, or a reset).
+int current_peer_address(const Connection& connection, int& tcp_fd, uint64_t socket_inode,
+                         sockaddr_storage& peer);
+
 // Whether process `pid` has socket `inode` open (one of /proc/PID/fd/* is
 // "socket:[inode]"). False when we may not look (another user's process).
 bool process_holds_socket(pid_t pid, uint64_t inode);

@@ -152,23 +152,15 @@ int server_meeting_addresses(int tcp_fd, sockaddr_storage& local, sockaddr_stora
   return 0;
 }
 
-bool has_tcp_peer(int tcp_fd) {
-  sockaddr_storage peer{};
-  socklen_t length = sizeof(peer);
-  return next::getpeername(tcp_fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0;
-}
-
-bool is_tcp_peer_address(int tcp_fd, const sockaddr* cm_peer) {
-  sockaddr_storage raw_peer{}, tcp_peer{}, other{};
-  socklen_t length = sizeof(raw_peer);
-  if (next::getpeername(tcp_fd, reinterpret_cast<sockaddr*>(&raw_peer), &length) != 0 ||
-      copy_inet(reinterpret_cast<const sockaddr*>(&raw_peer), length, tcp_peer) < 0 ||
-      copy_inet(cm_peer, sizeof(sockaddr_storage), other) < 0 || tcp_peer.ss_family != other.ss_family)
+bool is_tcp_peer_address(const sockaddr_storage& tcp_peer, const sockaddr* cm_peer) {
+  sockaddr_storage peer{}, other{};
+  if (copy_inet(reinterpret_cast<const sockaddr*>(&tcp_peer), sizeof(tcp_peer), peer) < 0 ||
+      copy_inet(cm_peer, sizeof(sockaddr_storage), other) < 0 || peer.ss_family != other.ss_family)
     return false;
-  if (tcp_peer.ss_family == AF_INET6)
-    return memcmp(&reinterpret_cast<const sockaddr_in6&>(tcp_peer).sin6_addr,
+  if (peer.ss_family == AF_INET6)
+    return memcmp(&reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr,
                   &reinterpret_cast<const sockaddr_in6&>(other).sin6_addr, sizeof(in6_addr)) == 0;
-  return reinterpret_cast<const sockaddr_in&>(tcp_peer).sin_addr.s_addr ==
+  return reinterpret_cast<const sockaddr_in&>(peer).sin_addr.s_addr ==
          reinterpret_cast<const sockaddr_in&>(other).sin_addr.s_addr;
 }
 

@@ -35,13 +35,9 @@ int client_meeting_address(int tcp_fd, const sockaddr* destination, socklen_t le
 // meeting address: the connection's peer address). 0 or -errno.
 int server_meeting_addresses(int tcp_fd, sockaddr_storage& local, sockaddr_storage& peer);
 
-// Whether the TCP connection `tcp_fd` still has its peer: false once it has
-// ended (both FINs, or a reset) or before it was made.
-bool has_tcp_peer(int tcp_fd);
-
 // Whether the rdma_cm peer `cm_peer` has the same IP address (ports aside)
-// as the TCP connection `tcp_fd`'s peer: a client takes a connect request
-// only from the host it is connected to.
-bool is_tcp_peer_address(int tcp_fd, const sockaddr* cm_peer);
+// as `tcp_peer`, the TCP connection's peer (getpeername): a client takes a
+// connect request only from the host it is connected to.
+bool is_tcp_peer_address(const sockaddr_storage& tcp_peer, const sockaddr* cm_peer);
 
 }  // namespace qpsock::upgrade

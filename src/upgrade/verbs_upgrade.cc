@@ -144,22 +144,19 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
   VerbsConnection verbs;
   int result = listener.accept(deadline, verbs);
   DeviceName device{};
+  sockaddr_storage tcp_peer{};
   if (result == 0) {
     device = device_of(verbs);
-    // The application may have renumbered the socket meanwhile.
-    const int current_fd = socket_fd_of(connection, tcp_fd, tcp_socket_inode);
-    if (current_fd < 0) result = current_fd;
-    else tcp_fd = current_fd;
-  }
-  // A connection that ended on TCP while the upgrade came (all its bytes
-  // moved before it) has nothing left to upgrade.
-  if (result == 0 && !has_tcp_peer(tcp_fd)) {
-    QPSOCK_LOG(debug, "fd %d: the TCP connection ended before its RDMA upgrade came", tcp_fd);
-    result = -ENOTCONN;
+    // Read under the number the application holds the socket by now. A
+    // connection that ended on TCP while the upgrade came (all its bytes
+    // moved before it) has no peer, and nothing left to upgrade.
+    result = current_peer_address(connection, tcp_fd, tcp_socket_inode, tcp_peer);
+    if (result == -ENOTCONN)
+      QPSOCK_LOG(debug, "fd %d: the TCP connection ended before its RDMA upgrade came", tcp_fd);
   }
   // Only the host at the other end of the TCP connection may take it (the
   // binding tokens then prove it is the very socket; docs/upgrade-protocol.md).
-  if (result == 0 && !is_tcp_peer_address(tcp_fd, rdma_get_peer_addr(verbs.transport->cm_id()))) {
+  if (result == 0 && !is_tcp_peer_address(tcp_peer, rdma_get_peer_addr(verbs.transport->cm_id()))) {
     QPSOCK_LOG(warn, "fd %d: an RDMA upgrade request from %s, not the connection's peer; refused",
                tcp_fd, describe_address(*reinterpret_cast<const sockaddr_storage*>(
                            rdma_get_peer_addr(verbs.transport->cm_id()))).c_str());
