@@ -13,6 +13,7 @@
 #include "upgrade/forked_children.h"
 #include "upgrade/socket_upgrade.h"
 #include "stats/connection_stats.h"
+#include "transport/verbs/verbs_library.h"
 
 extern char** environ;
 
@@ -31,7 +32,10 @@ pid_t fork() {
   upgrade::fork_starting();
   pid_t result = next::fork();
   ErrnoGuard errno_guard;
-  if (result == 0) upgrade::connections_after_fork_in_child();
+  if (result == 0) {
+    upgrade::connections_after_fork_in_child();
+    transport::verbs::verbs_library_after_fork_in_child();
+  }
   upgrade::fork_finished(result);
   stats::after_fork(result);
   return result;

@@ -18,6 +18,8 @@ int make_nonblocking(int fd) {
 }
 
 int create_event_channel(EventChannel& channel) {
+  // Every connection begins here: nothing reaches the libraries unloaded.
+  if (!verbs_library_loaded()) return -ELIBACC;
   EventChannel created(verbs_library().rdma_create_event_channel());
   if (created == nullptr) return errno != 0 ? -errno : -ENODEV;
   if (int error = make_nonblocking(created->fd); error < 0) return error;

@@ -15,7 +15,8 @@ using Deadline = std::chrono::steady_clock::time_point;
 int make_nonblocking(int fd);
 
 // An event channel with a non-blocking fd (close-on-exec, as librdmacm opens
-// it): 0 or -errno.
+// it): 0 or -errno (-ELIBACC: the RDMA libraries cannot be loaded). Every
+// listener, connector and connection starts with one.
 int create_event_channel(EventChannel& channel);
 
 // Whole milliseconds until `deadline`, at least 1 while it is ahead, 0 once

@@ -1,15 +1,15 @@
 // libibverbs and librdmacm, loaded with dlopen when the first connection
 // could take the RDMA path, not linked: linked, they and libnl (which
 // libibverbs needs) were loaded, relocated and initialised in every process
-// qpsock runs in, about 0.5 ms per start of even /bin/true, RDMA or not. A
-// host without RDMA devices never loads them; one without the libraries stays
-// on TCP with one line saying why.
+// qpsock runs in, +0.84 ms per start of /bin/true, RDMA or not
+// (docs/performance.md). A host without RDMA devices never loads them; one
+// without the libraries stays on TCP with one line saying why.
 //
 // The engine calls every exported verbs and rdma_cm function through
-// verbs_library() (the header-inline ones, ibv_post_send, ibv_poll_cq,
-// ibv_req_notify_cq, rdma_get_local_addr..., go through the device's
-// context and need no symbol). Linking libqpsock.so with -z defs keeps it
-// so: a direct call fails the build.
+// verbs_library(). The header-inline ones need no symbol: ibv_post_send,
+// ibv_poll_cq and ibv_req_notify_cq call through the device's context,
+// rdma_get_local_addr and rdma_get_peer_addr read the id. Linking
+// libqpsock.so with -z defs keeps it so: a direct call fails the build.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -48,14 +48,20 @@ struct VerbsLibrary {
 #undef QPSOCK_DECLARE_VERBS_POINTER
 };
 
-// Loads both libraries and resolves every function, once per process (the
-// first caller loads, concurrent ones wait for it; later calls cost a load
-// of a flag). False, with the loader's reason logged once at warn level,
-// when either library or any function is missing. Leaves errno as it was.
+// Loads both libraries and resolves every function, once per process: the
+// first caller loads, callers on other threads wait for it, later calls cost
+// one atomic load. False, with the loader's reason logged once at warn
+// level, when either library or any function is missing, and for a caller
+// that interrupts the load on its own thread (a signal handler: the
+// connection stays on TCP). Leaves errno as it was.
 bool verbs_library_loaded();
 
 // The functions. Only after verbs_library_loaded() returned true: every verbs
 // object exists because a call through here made it.
 const VerbsLibrary& verbs_library();
+
+// In a child just forked: a load that a thread of the parent had under way
+// did not come along; the child's first caller loads again.
+void verbs_library_after_fork_in_child();
 
 }  // namespace qpsock::transport::verbs

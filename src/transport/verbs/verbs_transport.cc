@@ -1,6 +1,5 @@
 // VerbsTransport's data path: registrations, posts, polls, arming and
 // breaking the link. Setup is in verbs_transport_setup.cc.
-#include "transport/verbs/verbs_library.h"
 #include "transport/verbs/verbs_transport.h"
 
 #include <arpa/inet.h>
@@ -12,6 +11,7 @@
 
 #include "common/errno_guard.h"
 #include "common/log.h"
+#include "transport/verbs/verbs_library.h"
 
 namespace qpsock::transport::verbs {
 
