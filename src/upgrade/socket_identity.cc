@@ -96,20 +96,39 @@ int socket_inode_of_fd(int fd, uint64_t& inode) {
   return 0;
 }
 
-int current_peer_address(const Connection& connection, int& tcp_fd, uint64_t socket_inode,
-                         sockaddr_storage& peer) {
-  // A few tries: the moves a program makes are far apart next to a lookup.
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const int fd = attached_fd(&connection, tcp_fd);
-    if (fd < 0) return -ENOTCONN;
-    socklen_t length = sizeof(peer);
-    peer = {};
-    const bool connected =
-        next::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0;
-    uint64_t inode = 0;
-    if (socket_inode_of_fd(fd, inode) == 0 && inode == socket_inode) {
+namespace {
+
+bool names_socket(int fd, uint64_t socket_inode) {
+  uint64_t inode = 0;
+  return socket_inode_of_fd(fd, inode) == 0 && inode == socket_inode;
+}
+
+}  // namespace
+
+int socket_fd_of(const Connection& connection, int offered_fd, uint64_t socket_inode) {
+  if (offered_fd >= 0 && find_connection(offered_fd).get() == &connection &&
+      names_socket(offered_fd, socket_inode))
+    return offered_fd;
+  // Every fd of the connection, lowest first: the registry follows a dup2
+  // only after its system call, so a number it still gives may already name
+  // another file.
+  int found = -ENOTCONN;
+  visit_connections([&](int fd, Connection& attached) {
+    if (found < 0 && &attached == &connection && names_socket(fd, socket_inode)) found = fd;
+  });
+  return found;
+}
+
+int read_socket(const Connection& connection, int& tcp_fd, uint64_t socket_inode,
+                stream::FunctionRef<int(int fd)> read) {
+  // A few tries: a program's moves are far apart next to a lookup.
+  for (int attempt = 0; attempt < kSocketReadAttempts; ++attempt) {
+    const int fd = socket_fd_of(connection, tcp_fd, socket_inode);
+    if (fd < 0) return fd;
+    const int result = read(fd);
+    if (names_socket(fd, socket_inode)) {
       tcp_fd = fd;
-      return connected ? 0 : -ENOTCONN;
+      return result;
     }
   }
   return -ENOTCONN;
@@ -137,11 +156,6 @@ bool process_holds_socket(pid_t pid, uint64_t inode) {
   return holds;
 }
 
-int socket_fd_of(const Connection& connection, int offered_fd, uint64_t socket_inode) {
-  const int fd = attached_fd(&connection, offered_fd);
-  uint64_t inode = 0;
-  if (fd < 0 || socket_inode_of_fd(fd, inode) < 0 || inode != socket_inode) return -ENOTCONN;
-  return fd;
-}
+
 
 }  // namespace qpsock::upgrade

@@ -182,9 +182,11 @@ void UpgradeAgent::answer_same_host(Offer offer) {
     return;
   }
   // The application may have renumbered the socket, or closed it and reused the number.
-  const int tcp_fd = socket_fd_of(*connection, offer.tcp_fd, offer.tcp_socket_inode);
+  int tcp_fd = offer.tcp_fd;
   uint64_t peer_inode = 0;
-  int result = tcp_fd < 0 ? tcp_fd : find_peer_socket_inode(tcp_fd, peer_inode);
+  int result = read_socket(*connection, tcp_fd, offer.tcp_socket_inode, [&peer_inode](int fd) {
+    return find_peer_socket_inode(fd, peer_inode);
+  });
   if (result == 0) result = run_handshake(*connection, tcp_fd, side_fd, peer_inode, offer.deadline);
   next::close(side_fd);
   if (result < 0) {

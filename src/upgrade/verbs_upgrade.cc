@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "config/config_loader.h"
+#include "libc/next_symbols.h"
 #include "stream/stream.h"
 #include "transport/verbs/socket_address.h"
 #include "transport/verbs/verbs_connector.h"
@@ -137,22 +138,23 @@ int listen_for_verbs_upgrade(int tcp_fd, const sockaddr* destination, socklen_t 
 
 int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tcp_fd,
                          uint64_t tcp_socket_inode, Deadline deadline) {
-  stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
-  // The listener mapped rings of the size chosen at connect(); SO_RCVBUF may
-  // have changed since.
-  settings.ring_size = listener.options().ring_size;
   VerbsConnection verbs;
   int result = listener.accept(deadline, verbs);
   DeviceName device{};
   sockaddr_storage tcp_peer{};
   if (result == 0) {
     device = device_of(verbs);
-    // Read under the number the application holds the socket by now. A
-    // connection that ended on TCP while the upgrade came (all its bytes
-    // moved before it) has no peer, and nothing left to upgrade.
-    result = current_peer_address(connection, tcp_fd, tcp_socket_inode, tcp_peer);
+    // Under the number the application holds the socket by now. A connection
+    // that ended on TCP while the upgrade came (all its bytes moved before
+    // it) has no peer, and nothing left to upgrade.
+    result = read_socket(connection, tcp_fd, tcp_socket_inode, [&tcp_peer](int fd) {
+      socklen_t length = sizeof(tcp_peer);
+      auto* address = reinterpret_cast<sockaddr*>(&tcp_peer);
+      return next::getpeername(fd, address, &length) == 0 ? 0 : -errno;
+    });
     if (result == -ENOTCONN)
-      QPSOCK_LOG(debug, "fd %d: the TCP connection ended before its RDMA upgrade came", tcp_fd);
+      QPSOCK_LOG(debug, "fd %d: the TCP connection was closed or ended before its RDMA upgrade",
+                 tcp_fd);
   }
   // Only the host at the other end of the TCP connection may take it (the
   // binding tokens then prove it is the very socket; docs/upgrade-protocol.md).
@@ -162,7 +164,13 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
                            rdma_get_peer_addr(verbs.transport->cm_id()))).c_str());
     result = -EACCES;
   }
-  if (result == 0) result = start_stream(connection, tcp_fd, std::move(verbs), settings);
+  if (result == 0) {
+    stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
+    // The listener mapped rings of the size chosen at connect(); SO_RCVBUF
+    // may have changed since.
+    settings.ring_size = listener.options().ring_size;
+    result = start_stream(connection, tcp_fd, std::move(verbs), settings);
+  }
   if (result < 0) {
     if (result != -ENOTCONN)
       QPSOCK_LOG(info, "fd %d: RDMA upgrade failed (%s); stays on TCP", tcp_fd,

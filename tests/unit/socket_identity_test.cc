@@ -1,6 +1,6 @@
 // Reading a connection's socket under the number the application holds it by
-// now (upgrade/socket_identity.h): what the upgrade checks before it takes
-// the connection.
+// now (upgrade/socket_identity.h): what an upgrade checks before it takes the
+// connection.
 #include "upgrade/socket_identity.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <memory>
 
 #include "common/unique_fd.h"
@@ -36,15 +37,15 @@ uint64_t inode_of(int fd) {
   return inode;
 }
 
-uint16_t peer_port(const sockaddr_storage& address) {
+uint16_t port_of(const sockaddr_storage& address) {
   return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
 }
 
 uint16_t own_port(int fd) {
-  sockaddr_in address{};
+  sockaddr_storage address{};
   socklen_t length = sizeof(address);
   getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  return ntohs(address.sin_port);
+  return port_of(address);
 }
 
 struct TcpPair {
@@ -59,47 +60,118 @@ void make_pair(TcpPair& pair, int lowest) {
   ASSERT_TRUE(pair.connecting.valid() && pair.accepted.valid());
 }
 
-TEST(SocketIdentity, ThePeerIsReadUnderTheNumberTheSocketHasNow) {
+// The registry's entries of one Connection, removed when the test ends.
+class Attached {
+ public:
+  explicit Attached(config::Role role) : connection_(std::make_shared<Connection>(role)) {}
+  ~Attached() {
+    for (int fd : fds_)
+      if (find_connection(fd) == connection_) detach_connection(fd);
+  }
+  void at(int fd) {
+    attach_connection(fd, connection_);
+    ASSERT_EQ(find_connection(fd), connection_);
+    fds_.push_back(fd);
+  }
+  const Connection& connection() const { return *connection_; }
+
+ private:
+  std::shared_ptr<Connection> connection_;
+  std::vector<int> fds_;
+};
+
+int read_peer(int fd, sockaddr_storage& peer) {
+  socklen_t length = sizeof(peer);
+  peer = {};
+  return getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0 ? 0 : -errno;
+}
+
+TEST(SocketIdentity, TheSocketIsReadUnderTheNumberItHasNow) {
   TcpPair pair;
   ASSERT_NO_FATAL_FAILURE(make_pair(pair, kFirstFd));
-  auto connection = std::make_shared<Connection>(config::Role::server);
+  Attached attached(config::Role::server);
   // Offered at one number, renumbered since (a shell's exec 3<>/dev/tcp).
   UniqueFd renumbered(fcntl(pair.accepted.get(), F_DUPFD_CLOEXEC, kFirstFd + 5));
-  attach_connection(renumbered.get(), connection);
+  ASSERT_NO_FATAL_FAILURE(attached.at(renumbered.get()));
   int tcp_fd = pair.accepted.get();
   sockaddr_storage peer{};
-  EXPECT_EQ(current_peer_address(*connection, tcp_fd, inode_of(pair.accepted.get()), peer), 0);
+  EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(pair.accepted.get()),
+                        [&peer](int fd) { return read_peer(fd, peer); }),
+            0);
   EXPECT_EQ(tcp_fd, renumbered.get());
-  EXPECT_EQ(peer_port(peer), own_port(pair.connecting.get()));
-  detach_connection(renumbered.get());
+  EXPECT_EQ(port_of(peer), own_port(pair.connecting.get()));
 }
 
-TEST(SocketIdentity, ANumberThatNamesAnotherSocketNowIsNotRead) {
+TEST(SocketIdentity, ANumberThatNamesAnotherSocketIsPassedOver) {
   TcpPair ours, other;
-  ASSERT_NO_FATAL_FAILURE(make_pair(ours, kFirstFd + 10));
-  ASSERT_NO_FATAL_FAILURE(make_pair(other, kFirstFd + 12));
-  auto connection = std::make_shared<Connection>(config::Role::server);
-  // The only number the registry has for the connection names another
-  // socket by the time it is read (the shell put its own fd back).
-  attach_connection(other.accepted.get(), connection);
+  ASSERT_NO_FATAL_FAILURE(make_pair(other, kFirstFd + 10));
+  ASSERT_NO_FATAL_FAILURE(make_pair(ours, kFirstFd + 12));
+  Attached attached(config::Role::server);
+  // The lower number still in the registry names another socket by now
+  // (the registry follows a dup2 only after its system call).
+  ASSERT_NO_FATAL_FAILURE(attached.at(other.accepted.get()));
+  ASSERT_NO_FATAL_FAILURE(attached.at(ours.accepted.get()));
   int tcp_fd = other.accepted.get();
   sockaddr_storage peer{};
-  EXPECT_EQ(current_peer_address(*connection, tcp_fd, inode_of(ours.accepted.get()), peer),
-            -ENOTCONN)
-      << "read the peer of another socket (port " << peer_port(peer) << ")";
-  detach_connection(other.accepted.get());
+  EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(ours.accepted.get()),
+                        [&peer](int fd) { return read_peer(fd, peer); }),
+            0);
+  EXPECT_EQ(tcp_fd, ours.accepted.get());
+  EXPECT_EQ(port_of(peer), own_port(ours.connecting.get()));
 }
 
-TEST(SocketIdentity, ASocketWithoutPeerIsNotConnected) {
-  UniqueFd unconnected = moved_to(socket(AF_INET, SOCK_STREAM, 0), kFirstFd + 20);
-  ASSERT_TRUE(unconnected.valid());
-  auto connection = std::make_shared<Connection>(config::Role::client);
-  attach_connection(unconnected.get(), connection);
-  int tcp_fd = unconnected.get();
+TEST(SocketIdentity, AReadWhoseNumberMovedUnderItIsNotTrusted) {
+  TcpPair ours, other;
+  ASSERT_NO_FATAL_FAILURE(make_pair(ours, kFirstFd + 20));
+  ASSERT_NO_FATAL_FAILURE(make_pair(other, kFirstFd + 22));
+  Attached attached(config::Role::server);
+  // The socket at two numbers; while the lower one is read, another socket
+  // is dup2'ed over it (a shell's `printf ... >&3` putting fd 1 back).
+  UniqueFd lower(fcntl(ours.accepted.get(), F_DUPFD_CLOEXEC, kFirstFd + 18));
+  ASSERT_LT(lower.get(), ours.accepted.get());
+  ASSERT_NO_FATAL_FAILURE(attached.at(lower.get()));
+  ASSERT_NO_FATAL_FAILURE(attached.at(ours.accepted.get()));
+  int tcp_fd = lower.get();
+  int reads = 0;
   sockaddr_storage peer{};
-  EXPECT_EQ(current_peer_address(*connection, tcp_fd, inode_of(unconnected.get()), peer),
+  EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(ours.accepted.get()),
+                        [&](int fd) {
+                          ++reads;
+                          if (fd == lower.get()) dup2(other.accepted.get(), fd);
+                          return read_peer(fd, peer);
+                        }),
+            0);
+  EXPECT_EQ(reads, 2);
+  EXPECT_EQ(tcp_fd, ours.accepted.get());
+  EXPECT_EQ(port_of(peer), own_port(ours.connecting.get()))
+      << "trusted the peer read through a number that named another socket by then";
+}
+
+TEST(SocketIdentity, AConnectionAtNoNumberThatIsItsSocketIsGone) {
+  TcpPair ours, other;
+  ASSERT_NO_FATAL_FAILURE(make_pair(ours, kFirstFd + 30));
+  ASSERT_NO_FATAL_FAILURE(make_pair(other, kFirstFd + 32));
+  Attached attached(config::Role::server);
+  ASSERT_NO_FATAL_FAILURE(attached.at(other.accepted.get()));
+  int tcp_fd = other.accepted.get();
+  int reads = 0;
+  EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(ours.accepted.get()),
+                        [&reads](int) { return ++reads, 0; }),
             -ENOTCONN);
-  detach_connection(unconnected.get());
+  EXPECT_EQ(reads, 0) << "read a socket that is not the connection's";
+}
+
+TEST(SocketIdentity, ASocketWithoutPeerReadsAsNotConnected) {
+  UniqueFd unconnected = moved_to(socket(AF_INET, SOCK_STREAM, 0), kFirstFd + 40);
+  ASSERT_TRUE(unconnected.valid());
+  Attached attached(config::Role::client);
+  ASSERT_NO_FATAL_FAILURE(attached.at(unconnected.get()));
+  int tcp_fd = kFirstFd + 45;  // a stale number
+  sockaddr_storage peer{};
+  EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(unconnected.get()),
+                        [&peer](int fd) { return read_peer(fd, peer); }),
+            -ENOTCONN);
+  EXPECT_EQ(tcp_fd, unconnected.get()) << "the answer came from the socket itself";
 }
 
 }  // namespace
