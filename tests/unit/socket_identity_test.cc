@@ -86,6 +86,12 @@ int read_peer(int fd, sockaddr_storage& peer) {
   return getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) == 0 ? 0 : -errno;
 }
 
+// read_socket with a getpeername, as the server's RDMA accept reads.
+int read_peer_of(const Attached& attached, int& tcp_fd, int socket_fd, sockaddr_storage& peer) {
+  return read_socket(attached.connection(), tcp_fd, inode_of(socket_fd),
+                     [&peer](int fd) { return read_peer(fd, peer); });
+}
+
 TEST(SocketIdentity, TheSocketIsReadUnderTheNumberItHasNow) {
   TcpPair pair;
   ASSERT_NO_FATAL_FAILURE(make_pair(pair, kFirstFd));
@@ -95,9 +101,7 @@ TEST(SocketIdentity, TheSocketIsReadUnderTheNumberItHasNow) {
   ASSERT_NO_FATAL_FAILURE(attached.at(renumbered.get()));
   int tcp_fd = pair.accepted.get();
   sockaddr_storage peer{};
-  EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(pair.accepted.get()),
-                        [&peer](int fd) { return read_peer(fd, peer); }),
-            0);
+  EXPECT_EQ(read_peer_of(attached, tcp_fd, pair.accepted.get(), peer), 0);
   EXPECT_EQ(tcp_fd, renumbered.get());
   EXPECT_EQ(port_of(peer), own_port(pair.connecting.get()));
 }
@@ -113,9 +117,7 @@ TEST(SocketIdentity, ANumberThatNamesAnotherSocketIsPassedOver) {
   ASSERT_NO_FATAL_FAILURE(attached.at(ours.accepted.get()));
   int tcp_fd = other.accepted.get();
   sockaddr_storage peer{};
-  EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(ours.accepted.get()),
-                        [&peer](int fd) { return read_peer(fd, peer); }),
-            0);
+  EXPECT_EQ(read_peer_of(attached, tcp_fd, ours.accepted.get(), peer), 0);
   EXPECT_EQ(tcp_fd, ours.accepted.get());
   EXPECT_EQ(port_of(peer), own_port(ours.connecting.get()));
 }
@@ -168,9 +170,7 @@ TEST(SocketIdentity, ASocketWithoutPeerReadsAsNotConnected) {
   ASSERT_NO_FATAL_FAILURE(attached.at(unconnected.get()));
   int tcp_fd = kFirstFd + 45;  // a stale number
   sockaddr_storage peer{};
-  EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(unconnected.get()),
-                        [&peer](int fd) { return read_peer(fd, peer); }),
-            -ENOTCONN);
+  EXPECT_EQ(read_peer_of(attached, tcp_fd, unconnected.get(), peer), -ENOTCONN);
   EXPECT_EQ(tcp_fd, unconnected.get()) << "the answer came from the socket itself";
 }
 
