@@ -171,8 +171,9 @@ int sendmmsg(int fd, mmsghdr* messages, unsigned int count, int flags) {
     return static_cast<int>(done);
   }
   // The kernel sends at most UIO_MAXIOV of them.
-  for (unsigned int index = 0; messages != nullptr && index < std::min<unsigned int>(count, UIO_MAXIOV);
-       ++index)
+  const unsigned int sent_at_most =
+      messages != nullptr ? std::min<unsigned int>(count, UIO_MAXIOV) : 0;
+  for (unsigned int index = 0; index < sent_at_most; ++index)
     upgrade::connections_before_passing(fd, messages[index].msg_hdr, flags);
   return count_messages(fd, next::sendmmsg(fd, messages, count, flags), messages,
                         stats::Direction::sent, flags);

@@ -36,10 +36,15 @@ bool load() {
   void* rdma_cm = nullptr;
   const char* problem = open_library("libibverbs.so.1", verbs);
   if (problem == nullptr) problem = open_library("librdmacm.so.1", rdma_cm);
+  if (problem != nullptr) {
+    QPSOCK_LOG(warn, "RDMA libraries cannot be loaded (%s): connections stay on TCP "
+               "(install libibverbs1 and librdmacm1)", problem);
+    return false;
+  }
   // The first function missing (at its version) is named.
   const char* missing = nullptr;
 #define QPSOCK_RESOLVE_VERBS_FUNCTION(library, name, version)                              \
-  if (problem == nullptr && missing == nullptr) {                                          \
+  if (missing == nullptr) {                                                                \
     functions.name = reinterpret_cast<decltype(&::name)>(dlvsym(library, #name, version)); \
     if (functions.name == nullptr) missing = #name "@" version;                            \
   }
@@ -51,11 +56,6 @@ bool load() {
 #undef QPSOCK_RESOLVE_FROM_RDMA_CM
 #undef QPSOCK_RESOLVE_FROM_VERBS
 #undef QPSOCK_RESOLVE_VERBS_FUNCTION
-  if (problem != nullptr) {
-    QPSOCK_LOG(warn, "RDMA libraries cannot be loaded (%s): connections stay on TCP "
-               "(install libibverbs1 and librdmacm1)", problem);
-    return false;
-  }
   if (missing != nullptr) {
     QPSOCK_LOG(warn, "the RDMA libraries lack %s (rdma-core too old): connections stay on TCP",
                missing);
