@@ -159,7 +159,19 @@ int VerbsTransport::poll(std::span<Completion> completions) {
       if (translate(polled[index], completions[count])) ++count;
     if (got < room) break;
   }
+  replace_consumed_receives();
   return static_cast<int>(count);
+}
+
+void VerbsTransport::replace_consumed_receives() {
+  // One post for all the receives this poll consumed, before the engine sees
+  // their messages and can give their slots back to the peer.
+  const uint32_t consumed = std::exchange(consumed_receives_, 0);
+  if (consumed == 0 || broken_) return;
+  if (int error = post_receives(consumed); error < 0) {
+    QPSOCK_LOG(warn, "verbs: re-posting receives on %s failed: %d", device_name(), error);
+    break_link();
+  }
 }
 
 bool VerbsTransport::translate(const ibv_wc& work, Completion& completion) {
@@ -183,13 +195,7 @@ bool VerbsTransport::translate(const ibv_wc& work, Completion& completion) {
 bool VerbsTransport::translate_receive(const ibv_wc& work, Completion& completion) {
   if (work.status == IBV_WC_SUCCESS && work.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
       (work.wc_flags & IBV_WC_WITH_IMM) != 0) {
-    // Replace the receive it consumed before the engine can give the slot back.
-    if (!broken_) {
-      if (int error = post_receives(1); error < 0) {
-        QPSOCK_LOG(warn, "verbs: re-posting a receive on %s failed: %d", device_name(), error);
-        break_link();
-      }
-    }
+    ++consumed_receives_;  // replaced before poll returns
     completion = {CompletionKind::arrived, 0, 0, ntohl(work.imm_data)};
     return true;
   }

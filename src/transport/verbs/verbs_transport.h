@@ -147,6 +147,7 @@ class VerbsTransport final : public stream::Transport {
   // Turns one work completion into the engine's; false if it yields none.
   bool translate(const ibv_wc& work, stream::Completion& completion);
   bool translate_receive(const ibv_wc& work, stream::Completion& completion);
+  void replace_consumed_receives();
   void consume_wakeups();
   bool cm_check_due();
   void consume_cm_events();
@@ -183,6 +184,8 @@ class VerbsTransport final : public stream::Transport {
   bool peer_left_ = false;  // a DISCONNECTED that our own disconnect did not cause
   bool disconnected_ = false;
   bool receive_failure_reported_ = false;
+  // Receives the current poll consumed (replace_consumed_receives).
+  uint32_t consumed_receives_ = 0;
   bool failure_logged_ = false;
   bool completion_armed_ = false;    // a completion event may be in the channel
   bool cm_check_requested_ = false;  // arm() was called: the sleeper may wake for a CM event
