@@ -2,7 +2,7 @@
 //
 //   socket_pingpong server [PORT] [--host ADDR] [--port-file FILE] [--connections N]
 //   socket_pingpong client HOST PORT [--size 64] [--iterations 100000] [--warmup 10000]
-//                                    [--warmup-seconds S]
+//                                    [--warmup-seconds S] [--pause-us N]
 //   socket_pingpong local [--host 127.0.0.1] [client options]
 //
 // The client sends a SIZE-byte message and waits for the server to echo it
@@ -16,11 +16,17 @@
 // message). "local" forks a server process on an ephemeral port, so both
 // ends are separate processes, each with whatever is preloaded.
 //
+// --pause-us N sleeps N microseconds between each write and its read, so
+// that the read finds the echo waiting: the round trips then time the pause,
+// but an instruction count of the client (bench/count-instructions) holds
+// each message's send and receive paths and no busy-wait.
+//
 // The server serves N connections one after another (default 1; 0 = forever)
 // and learns the message size from a small header the client sends first.
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <ctime>
 #include <vector>
 
 #include "bench_net.h"
@@ -38,7 +44,7 @@ void usage() {
   std::fputs(
       "usage: socket_pingpong server [PORT] [--host ADDR] [--port-file FILE] [--connections N]\n"
       "       socket_pingpong client HOST PORT [--bind ADDR] [--size BYTES] [--iterations N] [--warmup N]\n"
-      "                              [--warmup-seconds S]\n"
+      "                              [--warmup-seconds S] [--pause-us N]\n"
       "       socket_pingpong local [--host ADDR] [--size BYTES] [--iterations N] [--warmup N]\n",
       stderr);
   std::exit(2);
@@ -67,6 +73,7 @@ struct ClientOptions {
   long iterations = 100000;
   long warmup = 10000;
   double warmup_seconds = 0;
+  long pause_us = 0;
 };
 
 bool client_option(bench::Args& args, ClientOptions& options) {
@@ -75,6 +82,7 @@ bool client_option(bench::Args& args, ClientOptions& options) {
   else if (args.option("--iterations", value)) options.iterations = long(bench::parse_size(value));
   else if (args.option("--warmup", value)) options.warmup = long(bench::parse_size(value));
   else if (args.option("--warmup-seconds", value)) options.warmup_seconds = bench::parse_double(value);
+  else if (args.option("--pause-us", value)) options.pause_us = long(bench::parse_size(value));
   else return false;
   return true;
 }
@@ -105,6 +113,10 @@ int run_client(const std::string& host, const std::string& port, const ClientOpt
     stamp(out.data(), options.size, std::uint64_t(i));
     std::uint64_t start = bench::now_ns();
     bench::write_full(fd, out.data(), options.size);
+    if (options.pause_us > 0) {
+      const timespec pause{options.pause_us / 1000000, options.pause_us % 1000000 * 1000};
+      nanosleep(&pause, nullptr);
+    }
     if (!bench::read_full(fd, in.data(), options.size)) bench::die("server closed early");
     std::uint64_t end = bench::now_ns();
     if (std::memcmp(in.data(), out.data(), std::min<std::size_t>(8, options.size)) != 0 ||
