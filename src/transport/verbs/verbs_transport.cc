@@ -11,6 +11,7 @@
 
 #include "common/errno_guard.h"
 #include "common/log.h"
+#include "libc/next_symbols.h"
 #include "transport/verbs/verbs_library.h"
 
 namespace qpsock::transport::verbs {
@@ -244,6 +245,10 @@ bool VerbsTransport::cm_check_due() {
 }
 
 void VerbsTransport::consume_cm_events() {
+  // Almost every look finds nothing: ask the fd first, since rdma_get_cm_event
+  // allocates and frees an event around its system call even then.
+  pollfd channel{events_->fd, POLLIN, 0};
+  if (next::poll(&channel, 1, 0) != 1) return;
   rdma_cm_event* raw = nullptr;
   while (verbs_library().rdma_get_cm_event(events_.get(), &raw) == 0) {
     const CmEvent event(raw);
