@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "libc/next_symbols.h"
+#include "libc/own_library_calls.h"
 #include "sockets/connection_accounting.h"
 #include "upgrade/socket_upgrade.h"
 
@@ -92,6 +93,7 @@ ssize_t copy_into_connection(upgrade::Connection& connection, int out_fd, int in
 // read and readv of nothing return 0 at once on a socket, whatever is queued
 // (sock_read_iter); recv of nothing is the protocol's to answer.
 ssize_t read(int fd, void* buffer, size_t count) {
+  if (libc::inside_own_library_call) [[unlikely]] return next::read(fd, buffer, count);
   if (count > 0) {
     if (auto connection = upgrade::connection_for_io(fd))
       return receive_through(*connection, fd, buffer, count, 0);
@@ -108,6 +110,7 @@ ssize_t readv(int fd, const iovec* vector, int count) {
 }
 
 ssize_t write(int fd, const void* buffer, size_t count) {
+  if (libc::inside_own_library_call) [[unlikely]] return next::write(fd, buffer, count);
   if (auto connection = upgrade::connection_for_io(fd))
     return send_through(*connection, fd, buffer, count, 0);
   return count_sent(fd, next::write(fd, buffer, count));

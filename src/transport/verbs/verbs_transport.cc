@@ -12,6 +12,7 @@
 #include "common/errno_guard.h"
 #include "common/log.h"
 #include "libc/next_symbols.h"
+#include "libc/own_library_calls.h"
 #include "transport/verbs/verbs_library.h"
 
 namespace qpsock::transport::verbs {
@@ -135,6 +136,7 @@ int VerbsTransport::submit(ibv_send_wr& request, const PostLedger::Entry& entry)
   ErrnoGuard errno_guard;
   request.wr_id = ledger_.next_id();
   ibv_send_wr* refused = nullptr;
+  libc::OwnLibraryCall own_call;
   // ibv_post_send returns an errno value (and may leave errno alone).
   if (int error = ibv_post_send(queue_pair_.get(), &request, &refused); error != 0) return -error;
   ledger_.push(entry);
@@ -223,6 +225,7 @@ void VerbsTransport::note_failure(const ibv_wc& work) {
 
 void VerbsTransport::consume_wakeups() {
   if (completion_armed_) {
+    libc::OwnLibraryCall own_call;
     ibv_cq* queue = nullptr;
     void* context = nullptr;
     while (verbs_library().ibv_get_cq_event(completion_channel_.get(), &queue, &context) == 0) {
@@ -270,6 +273,7 @@ void VerbsTransport::consume_cm_events() {
 
 int VerbsTransport::arm() {
   ErrnoGuard errno_guard;
+  libc::OwnLibraryCall own_call;
   if (int error = ibv_req_notify_cq(completion_queue_.get(), 0); error != 0) return -error;
   completion_armed_ = true;
   cm_check_requested_ = true;
