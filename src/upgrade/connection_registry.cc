@@ -121,6 +121,25 @@ std::shared_ptr<Connection> find_connection(int fd) {
   return connection;
 }
 
+ConnectionHold hold_connection(int fd) {
+  ConnectionHold hold;
+  Registry& entries = registry();
+  if (entries.count.load(std::memory_order_acquire) == 0) return hold;
+  std::atomic<Holder*>* slot = entries.by_fd.at(fd);
+  if (slot == nullptr) return hold;
+  Holder* holder = acquire(*slot);
+  if (holder == nullptr) return hold;
+  hold.holder_ = holder;
+  hold.connection_ = holder->connection.get();
+  return hold;
+}
+
+void ConnectionHold::let_go() { release(registry(), static_cast<Holder*>(holder_)); }
+
+std::shared_ptr<Connection> ConnectionHold::shared() const {
+  return holder_ != nullptr ? static_cast<Holder*>(holder_)->connection : nullptr;
+}
+
 std::shared_ptr<Connection> attach_connection(int fd, std::shared_ptr<Connection> connection) {
   Registry& entries = registry();
   std::atomic<Holder*>* slot = entries.by_fd.at(fd);

@@ -149,19 +149,19 @@ void begin_server_upgrade_when_watched(int fd) {
   if (connection->begin_negotiation()) begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
 }
 
-std::shared_ptr<Connection> connection_for_io(int fd) {
-  if (!any_connections()) return nullptr;
-  std::shared_ptr<Connection> connection = find_connection(fd);
-  if (connection == nullptr) return nullptr;
+ConnectionHold connection_for_io(int fd) {
+  if (!any_connections()) return {};
+  ConnectionHold connection = hold_connection(fd);
+  if (!connection) return connection;
   if (connection->role() == config::Role::server && connection->phase() == UpgradePhase::offered) {
     ErrnoGuard errno_guard;
-    if (connection->begin_negotiation()) try_server_upgrade(fd, connection);
+    if (connection->begin_negotiation()) try_server_upgrade(fd, connection.shared());
   }
   if (connection->phase() == UpgradePhase::declined && connection->stream() == nullptr) {
     // Nothing will ever switch: later calls go straight to the kernel.
     ErrnoGuard errno_guard;
     detach_connection(fd);
-    return nullptr;
+    return {};
   }
   return connection;
 }

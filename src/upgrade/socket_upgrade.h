@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "upgrade/connection.h"
+#include "upgrade/connection_registry.h"
 #include "upgrade/inherited_streams.h"
 
 namespace qpsock::upgrade {
@@ -30,7 +31,7 @@ void begin_server_upgrade_when_watched(int fd);
 
 // The Connection a data call on `fd` must go through, or null (a plain
 // socket, or one that stays on TCP). A server's first call tries the upgrade.
-std::shared_ptr<Connection> connection_for_io(int fd);
+ConnectionHold connection_for_io(int fd);
 
 // dup2 or dup3 is about to put another file on `fd`: a stream that watches
 // `fd` moves to another fd of its socket first, so that it never reads the
