@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "common/futex_mutex.h"
 #include "stream/credit_window.h"
 #include "stream/blocking.h"
 #include "stream/control_doorbell.h"
@@ -188,7 +189,7 @@ class Stream {
 
  private:
   using Clock = std::chrono::steady_clock;
-  using StateLock = std::unique_lock<std::mutex>;
+  using StateLock = std::unique_lock<FutexMutex>;
 
   // --- stream_progress.cc: completions, notifications, breaking ---
   // Polls and acts on every completion; true if there were any.
@@ -346,9 +347,9 @@ class Stream {
   RingGeometry ring_geometry_;
   WakeSignal wake_;
 
-  std::mutex send_mutex_;
-  std::mutex receive_mutex_;
-  std::mutex state_mutex_;
+  FutexMutex send_mutex_;
+  FutexMutex receive_mutex_;
+  FutexMutex state_mutex_;
 
   // --- guarded by state_mutex_ ---
   bool connected_ = false;

@@ -109,18 +109,6 @@ std::shared_ptr<Connection> replace(Registry& entries, std::atomic<Holder*>& slo
 
 bool any_connections() { return registry().count.load(std::memory_order_relaxed) != 0; }
 
-std::shared_ptr<Connection> find_connection(int fd) {
-  Registry& entries = registry();
-  if (entries.count.load(std::memory_order_acquire) == 0) return nullptr;
-  std::atomic<Holder*>* slot = entries.by_fd.at(fd);
-  if (slot == nullptr) return nullptr;
-  Holder* holder = acquire(*slot);
-  if (holder == nullptr) return nullptr;
-  std::shared_ptr<Connection> connection = holder->connection;
-  release(entries, holder);
-  return connection;
-}
-
 ConnectionHold hold_connection(int fd) {
   ConnectionHold hold;
   Registry& entries = registry();
@@ -139,6 +127,8 @@ void ConnectionHold::let_go() { release(registry(), static_cast<Holder*>(holder_
 std::shared_ptr<Connection> ConnectionHold::shared() const {
   return holder_ != nullptr ? static_cast<Holder*>(holder_)->connection : nullptr;
 }
+
+std::shared_ptr<Connection> find_connection(int fd) { return hold_connection(fd).shared(); }
 
 std::shared_ptr<Connection> attach_connection(int fd, std::shared_ptr<Connection> connection) {
   Registry& entries = registry();
