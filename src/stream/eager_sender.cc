@@ -147,6 +147,26 @@ int EagerSender::post(const WritePlan& plan, std::optional<uint32_t> immediate) 
   return 0;
 }
 
+uint64_t EagerSender::single_inline_record(uint64_t offset, uint64_t payload) const {
+  const uint64_t ring_bytes = record_size(payload);
+  if (payload == 0 || payload > largest_payload_ || !goes_inline(kRecordHeaderSize + payload) ||
+      geometry_.tail(offset) < ring_bytes)
+    return 0;
+  return ring_bytes;
+}
+
+int EagerSender::post_single_inline_record(uint64_t offset, ByteRange payload,
+                                           uint32_t immediate) {
+  // Inline: the provider copies the header off the stack as it posts.
+  const RecordHeader header{static_cast<uint32_t>(payload.length), RecordType::data, 0, 0, offset};
+  const std::array<LocalSlice, 2> slices{{{source_bytes(&header), kRecordHeaderSize, nullptr},
+                                          {payload.data, payload.length, nullptr}}};
+  const RemoteRegion destination{peer_ring_.address + geometry_.position(offset), peer_ring_.key};
+  return transport_.post_write(slices, destination, immediate,
+                               ring_write_cookie(static_cast<uint32_t>(payload.length),
+                                                 offset + record_size(payload.length)));
+}
+
 int EagerSender::post_one(const PlannedWrite& write, std::optional<uint32_t> immediate) {
   std::array<LocalSlice, kMostSlices> slices;
   size_t count = 0;

@@ -51,6 +51,13 @@ class EagerSender {
   // Posts the planned writes in order, the last one with `immediate`.
   int post(const WritePlan& plan, std::optional<uint32_t> immediate);
 
+  // The common small write, without a plan: `payload` bytes as one inline
+  // data record right at ring offset `offset` (no tail to skip or pad
+  // first). The record's ring bytes, or 0 when the write is not that case.
+  uint64_t single_inline_record(uint64_t offset, uint64_t payload) const;
+  // Posts that record straight from the application's bytes.
+  int post_single_inline_record(uint64_t offset, ByteRange payload, uint32_t immediate);
+
   const RingGeometry& geometry() const { return geometry_; }
   uint64_t largest_payload() const { return largest_payload_; }
 

@@ -261,6 +261,10 @@ class Stream {
   int wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOptions& options);
 
   // --- stream_send.cc ---
+  // A write that goes whole as one inline record, at once, with nothing
+  // else pending (nearly every small write): its count, or nullopt when the
+  // write is not that case and takes the general path.
+  std::optional<ssize_t> send_single_inline_record(const iovec& data);
   bool can_write_locked(uint64_t smallest_record) const;
   // -EPIPE or the pending error (taken only if `report`), or 0.
   int send_error_locked(bool report);

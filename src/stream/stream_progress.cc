@@ -26,8 +26,13 @@ bool Stream::progress_locked() {
     changed = changed || count > 0;
     if (static_cast<size_t>(count) < batch.size()) break;
   }
-  flush_notifications_locked();
-  if (changed) notify_waiters_locked();
+  // What waits to be posted waits for a completion (a send-queue entry, a
+  // returned slot, a polled notification) or is flushed by whoever queued it:
+  // a poll that found nothing has nothing to flush.
+  if (changed) {
+    flush_notifications_locked();
+    notify_waiters_locked();
+  }
   return changed;
 }
 

@@ -9,6 +9,8 @@
 namespace qpsock::stream {
 
 ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) {
+  if (data.size() == 1 && (flags & (MSG_MORE | MSG_OOB)) == 0)
+    if (const std::optional<ssize_t> sent = send_single_inline_record(data[0])) return *sent;
   if ((flags & MSG_DONTWAIT) != 0) blocking = Blocking(false);
   if ((flags & MSG_OOB) != 0) return -EOPNOTSUPP;
   const bool more = (flags & MSG_MORE) != 0;
@@ -90,6 +92,36 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
     // message a third of its instructions).
     if (source.done()) return all_accepted_locked(accepted, more);
   }
+}
+
+std::optional<ssize_t> Stream::send_single_inline_record(const iovec& data) {
+  StateLock send_lock(send_mutex_);
+  StateLock state(state_mutex_);
+  if (!connected_) return -ENOTCONN;
+  // As the general path does: what the peer did (a close, a reset) is seen
+  // before this write, as TCP has seen it.
+  progress_locked();
+  // Anything unusual (an error, a shutdown, the peer's close, bytes held by
+  // MSG_MORE, no room or slot now) is the general path's to handle.
+  if (broken_ || write_shutdown_ || peer_closed_ || peer_reader_gone_ ||
+      unnotified_ring_bytes_ != 0 || !window_->can_send_counted() || !send_queue_has_room_locked(1))
+    return std::nullopt;
+  const uint64_t offset = send_credit_->written();
+  const uint64_t ring_bytes = eager_->single_inline_record(offset, data.iov_len);
+  if (ring_bytes == 0 || send_credit_->room() < ring_bytes) return std::nullopt;
+  send_credit_->on_written(ring_bytes);
+  ++posts_outstanding_;
+  unsent_payload_ += data.iov_len;
+  window_->on_counted_sent();
+  const uint32_t immediate = encode_notification(
+      {NotificationKind::data_arrived, static_cast<uint32_t>(ring_bytes / kRingUnit)});
+  if (const int error = eager_->post_single_inline_record(
+          offset, {static_cast<std::byte*>(data.iov_base), data.iov_len}, immediate);
+      error < 0) {
+    post_failed_locked("an eager write", error);
+    return finish_send_locked(0, -EPIPE);
+  }
+  return static_cast<ssize_t>(data.iov_len);
 }
 
 int Stream::send_error_locked(bool report) {

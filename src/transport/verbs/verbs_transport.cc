@@ -167,10 +167,12 @@ int VerbsTransport::poll(std::span<Completion> completions) {
 }
 
 void VerbsTransport::replace_consumed_receives() {
-  // One post for all the receives this poll consumed, before the engine sees
-  // their messages and can give their slots back to the peer.
+  // One post for kSpareReceives or more consumed receives, before the engine
+  // sees the messages of those this poll consumed and can give their slots
+  // back to the peer: fewer than kSpareReceives consumed leave at least the
+  // notification capacity posted.
+  if (consumed_receives_ < kSpareReceives || broken_) return;
   const uint32_t consumed = std::exchange(consumed_receives_, 0);
-  if (consumed == 0 || broken_) return;
   if (int error = post_receives(consumed); error < 0) {
     QPSOCK_LOG(warn, "verbs: re-posting receives on %s failed: %d", device_name(), error);
     break_link();
@@ -239,8 +241,11 @@ void VerbsTransport::consume_wakeups() {
 bool VerbsTransport::cm_check_due() {
   // After an arm (the caller may have slept, and the CM's fd may be what woke
   // it), and on the busy path once per tick of the coarse clock: each look
-  // is a system call.
+  // is a system call. Even the clock is read only every kPollsPerClockRead
+  // polls (it cost a tenth of an empty poll).
   if (std::exchange(cm_check_requested_, false)) return true;
+  if (++polls_since_clock_read_ < kPollsPerClockRead) return false;
+  polls_since_clock_read_ = 0;
   const int64_t now = coarse_now();
   if (now == cm_checked_at_) return false;
   cm_checked_at_ = now;

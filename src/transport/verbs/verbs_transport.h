@@ -14,9 +14,12 @@
 //   completion (failed ones included, whose opcode is undefined) its kind and
 //   cookie.
 // - Immediates consume receive work requests: notification_capacity()
-//   zero-length receives are posted before the connection exists, and one is
-//   posted again each time poll() takes an `arrived` completion, before the
-//   engine can return the slot to the peer. The engine never has more
+//   zero-length receives are posted before the connection exists, and
+//   kSpareReceives more. poll() posts again the receives its `arrived`
+//   completions consumed once there are kSpareReceives of them (one post
+//   for many: a post per message cost a tenth of its receive path), before
+//   the engine sees them and can return their slots to the peer, so at
+//   least notification_capacity() stay posted. The engine never has more
 //   immediates outstanding than that (its notification window), so the peer
 //   never meets an empty receive queue; the queue pair retries no RNR (its
 //   rnr_retry is 0), so an engine that overran would break the connection,
@@ -31,9 +34,10 @@
 //   or death (the kernel's CM sends a DREQ when a process holding a
 //   connected id exits). poll() consumes both: ibv_get_cq_event and
 //   ibv_ack_cq_events while armed, and the CM's events after an arm and on
-//   the busy path once per tick of the coarse clock. A DISCONNECTED event
-//   moves the queue pair to the error state, which flushes everything with
-//   errors, so the engine learns of it from a completion.
+//   the busy path once per tick of the coarse clock (read every eighth
+//   poll). A DISCONNECTED event moves the queue pair to the error state,
+//   which flushes everything with errors, so the engine learns of it from a
+//   completion.
 // - The first failed completion (or DISCONNECTED, or a failed re-post)
 //   breaks the link: the queue pair goes to the error state, later posts fail
 //   with -ECONNRESET, every outstanding post completes with -ECONNRESET, and
@@ -67,6 +71,9 @@ namespace qpsock::transport::verbs {
 // The most scatter/gather entries one post carries (the queue pair's
 // max_send_sge is capped to it).
 inline constexpr uint32_t kLargestSlices = 32;
+// Receives posted beyond the notification capacity, and how many consumed
+// ones are posted again at once.
+inline constexpr uint32_t kSpareReceives = 16;
 
 class VerbsTransport final : public stream::Transport {
   struct ConstructionKey {
@@ -184,12 +191,14 @@ class VerbsTransport final : public stream::Transport {
   bool peer_left_ = false;  // a DISCONNECTED that our own disconnect did not cause
   bool disconnected_ = false;
   bool receive_failure_reported_ = false;
-  // Receives the current poll consumed (replace_consumed_receives).
+  // Receives consumed and not yet posted again (replace_consumed_receives).
   uint32_t consumed_receives_ = 0;
   bool failure_logged_ = false;
   bool completion_armed_ = false;    // a completion event may be in the channel
   bool cm_check_requested_ = false;  // arm() was called: the sleeper may wake for a CM event
   int64_t cm_checked_at_ = 0;        // coarse clock, nanoseconds
+  static constexpr uint32_t kPollsPerClockRead = 8;
+  uint32_t polls_since_clock_read_ = 0;
 };
 
 }  // namespace qpsock::transport::verbs

@@ -35,9 +35,12 @@ uint32_t clamp_to(uint32_t wanted, int device_limit) {
 // its limits, and we would rather have a smaller one than none).
 VerbsOptions within_device_limits(VerbsOptions options, const ibv_device_attr& device) {
   options.send_queue_depth = clamp_to(options.send_queue_depth, device.max_qp_wr);
-  options.notification_capacity = clamp_to(options.notification_capacity, device.max_qp_wr);
+  // The receive queue holds kSpareReceives more than the capacity.
+  options.notification_capacity =
+      clamp_to(options.notification_capacity, device.max_qp_wr - static_cast<int>(kSpareReceives));
   // Both queues complete into one CQ.
-  const uint32_t largest_cq = static_cast<uint32_t>(std::max(device.max_cqe, 0));
+  const uint32_t largest_cq =
+      clamp_to(UINT32_MAX, device.max_cqe - static_cast<int>(kSpareReceives));
   if (options.send_queue_depth + options.notification_capacity > largest_cq) {
     options.notification_capacity = std::min(options.notification_capacity, largest_cq / 2);
     options.send_queue_depth = largest_cq - options.notification_capacity;
@@ -92,14 +95,14 @@ int VerbsTransport::set_up(const VerbsOptions& requested) {
   completion_channel_.reset(verbs_library().ibv_create_comp_channel(context));
   if (completion_channel_ == nullptr) return errno_or(-ENOMEM);
   if (int error = make_nonblocking(completion_channel_->fd); error < 0) return error;
-  const int queue_entries =
-      static_cast<int>(options.send_queue_depth + options.notification_capacity);
+  const int queue_entries = static_cast<int>(options.send_queue_depth +
+                                             options.notification_capacity + kSpareReceives);
   completion_queue_.reset(
       verbs_library().ibv_create_cq(context, queue_entries, nullptr, completion_channel_.get(), 0));
   if (completion_queue_ == nullptr) return errno_or(-ENOMEM);
   if (int error = create_queue_pair(options); error < 0) return error;
   if (int error = map_ring(options.ring_size); error < 0) return error;
-  if (int error = post_receives(notification_capacity_); error < 0) return error;
+  if (int error = post_receives(notification_capacity_ + kSpareReceives); error < 0) return error;
   return open_wait_set();
 }
 
@@ -116,7 +119,7 @@ int VerbsTransport::create_queue_pair(const VerbsOptions& options) {
     attributes.qp_type = IBV_QPT_RC;
     attributes.sq_sig_all = 0;  // each post asks for its completion (IBV_SEND_SIGNALED)
     attributes.cap.max_send_wr = options.send_queue_depth;
-    attributes.cap.max_recv_wr = options.notification_capacity;
+    attributes.cap.max_recv_wr = options.notification_capacity + kSpareReceives;
     attributes.cap.max_send_sge = options.max_slices;
     attributes.cap.max_recv_sge = 1;  // our receives carry none; some devices refuse 0
     attributes.cap.max_inline_data = inline_size;
@@ -155,8 +158,7 @@ int VerbsTransport::map_ring(uint64_t ring_size) {
 
 int VerbsTransport::post_receives(uint32_t count) {
   // Zero-length: an RDMA WRITE WITH IMM consumes one but writes nothing into it.
-  // Each batch fills what it posts and no more: zeroing all 32 for the one or
-  // two receives a poll replaces took a tenth of a message's receive path.
+  // Each batch fills what it posts and no more.
   std::array<ibv_recv_wr, 32> requests;
   while (count > 0) {
     const uint32_t batch = std::min<uint32_t>(count, requests.size());
