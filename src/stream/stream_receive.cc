@@ -28,12 +28,16 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
   IovecCursor destination(buffers);
   ssize_t delivered = 0;
   RegistrationLease prepared_landing;
+  // The wait below ends with a progress that found what it waited for: the
+  // pass after it looks at that without polling again (an empty poll on the
+  // way from an arrival to the application).
+  bool just_progressed = false;
   for (;;) {
     StateLock receive_lock(receive_mutex_);
     StateLock state(state_mutex_);
     if (!connected_) return -ENOTCONN;
     flush_unnotified_locked();
-    progress_locked();
+    if (!std::exchange(just_progressed, false)) progress_locked();
     if (wanted == 0) {
       // As tcp_recvmsg: nothing to copy, but a call that may not wait on an
       // empty, open stream says EAGAIN (a blocking one returns 0 at once).
@@ -95,6 +99,7 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
     // SO_RCVTIMEO ran out: what was read, or EAGAIN, as the kernel answers.
     if (waited == -ETIMEDOUT) return have > 0 ? have : -EAGAIN;
     if (waited < 0) return have > 0 ? have : waited;
+    just_progressed = true;
   }
 }
 
@@ -178,7 +183,8 @@ size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
   if (payload_copied > 0) expected_rendezvous_length_ = 0;
   if (ring_consumed > 0) {
     note_consumed_locked(ring_consumed, (flags & kRecordCreditWanted) != 0);
-    flush_notifications_locked();
+    // Consuming makes only credit due (anything else waits for a completion).
+    if (receive_credit_.to_return() > 0) flush_notifications_locked();
   }
   // The stream is broken now; receive() reports it once nothing more is here.
   if (corrupt) protocol_error_locked("bad record at the head");
