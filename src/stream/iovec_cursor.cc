@@ -31,7 +31,6 @@ void IovecCursor::advance(size_t count) {
     count -= step;
     skip_empty();
   }
-  skip_empty();
 }
 
 void IovecCursor::gather(std::byte* destination, size_t count) {

@@ -32,6 +32,8 @@ class IovecCursor {
   static size_t total_length(std::span<const iovec> vectors);
 
  private:
+  // Moves past empty iovecs and a used-up current one: the constructor and
+  // every step of advance() leave the cursor so.
   void skip_empty();
 
   std::span<const iovec> vectors_;

@@ -150,7 +150,7 @@ void begin_server_upgrade_when_watched(int fd) {
 }
 
 ConnectionHold connection_for_io(int fd) {
-  if (!any_connections()) return {};
+  // Null at once while the process has no connection at all.
   ConnectionHold connection = hold_connection(fd);
   if (!connection) return connection;
   if (connection->role() == config::Role::server && connection->phase() == UpgradePhase::offered) {
