@@ -266,6 +266,12 @@ class Stream {
   // write is not that case and takes the general path.
   std::optional<ssize_t> send_single_inline_record(const iovec& data);
   bool can_write_locked(uint64_t smallest_record) const;
+  // Eager writes about to be posted take their ring bytes, send-queue
+  // entries and unsent payload.
+  void reserve_eager_writes_locked(uint64_t ring_bytes, uint32_t posts, uint64_t payload);
+  // Takes a counted slot and returns the data_arrived immediate that
+  // announces `ring_bytes` more ring bytes.
+  uint32_t announce_data_locked(uint64_t ring_bytes);
   // -EPIPE or the pending error (taken only if `report`), or 0.
   int send_error_locked(bool report);
   // What a send returns after `error` stopped it: the partial count, or the

@@ -103,18 +103,13 @@ std::optional<ssize_t> Stream::send_single_inline_record(const iovec& data) {
   progress_locked();
   // Anything unusual (an error, a shutdown, the peer's close, bytes held by
   // MSG_MORE, no room or slot now) is the general path's to handle.
-  if (broken_ || write_shutdown_ || peer_closed_ || peer_reader_gone_ ||
-      unnotified_ring_bytes_ != 0 || !window_->can_send_counted() || !send_queue_has_room_locked(1))
+  if (broken_ || write_shutdown_ || peer_closed_ || peer_reader_gone_ || unnotified_ring_bytes_ != 0)
     return std::nullopt;
   const uint64_t offset = send_credit_->written();
   const uint64_t ring_bytes = eager_->single_inline_record(offset, data.iov_len);
-  if (ring_bytes == 0 || send_credit_->room() < ring_bytes) return std::nullopt;
-  send_credit_->on_written(ring_bytes);
-  ++posts_outstanding_;
-  unsent_payload_ += data.iov_len;
-  window_->on_counted_sent();
-  const uint32_t immediate = encode_notification(
-      {NotificationKind::data_arrived, static_cast<uint32_t>(ring_bytes / kRingUnit)});
+  if (ring_bytes == 0 || !can_write_locked(ring_bytes)) return std::nullopt;
+  reserve_eager_writes_locked(ring_bytes, 1, data.iov_len);
+  const uint32_t immediate = announce_data_locked(ring_bytes);
   if (const int error = eager_->post_single_inline_record(
           offset, {static_cast<std::byte*>(data.iov_base), data.iov_len}, immediate);
       error < 0) {
@@ -180,6 +175,18 @@ bool Stream::fits_free_ring_locked(uint64_t payload) const {
   return payload + overhead <= send_credit_->room();
 }
 
+void Stream::reserve_eager_writes_locked(uint64_t ring_bytes, uint32_t posts, uint64_t payload) {
+  send_credit_->on_written(ring_bytes);
+  posts_outstanding_ += posts;
+  unsent_payload_ += payload;
+}
+
+uint32_t Stream::announce_data_locked(uint64_t ring_bytes) {
+  window_->on_counted_sent();
+  return encode_notification(
+      {NotificationKind::data_arrived, static_cast<uint32_t>(ring_bytes / kRingUnit)});
+}
+
 ssize_t Stream::send_eager_step(StateLock& state, IovecCursor& source, uint64_t most_bytes,
                                 bool more) {
   WritePlan plan(send_credit_->written());
@@ -189,17 +196,14 @@ ssize_t Stream::send_eager_step(StateLock& state, IovecCursor& source, uint64_t 
   if (plan.empty()) return 0;
   if (plan.out_of_room()) plan.back().header.flags |= kRecordCreditWanted;
   // Reserve the ring space and queue entries while the lock is held.
-  send_credit_->on_written(plan.ring_bytes());
-  posts_outstanding_ += static_cast<uint32_t>(plan.size());
-  unsent_payload_ += plan.payload_bytes();
+  reserve_eager_writes_locked(plan.ring_bytes(), static_cast<uint32_t>(plan.size()),
+                              plan.payload_bytes());
   // MSG_MORE on the last piece defers the announcement (bounded by half a ring).
   const uint64_t announce = unnotified_ring_bytes_ + plan.ring_bytes();
   const bool defer = more && source.done() && announce < eager_->geometry().size() / 2;
   std::optional<uint32_t> immediate;
   if (!defer) {
-    window_->on_counted_sent();
-    immediate = encode_notification(
-        {NotificationKind::data_arrived, static_cast<uint32_t>(announce / kRingUnit)});
+    immediate = announce_data_locked(announce);
     unnotified_ring_bytes_ = 0;
     unnotified_payload_ = 0;
   }
