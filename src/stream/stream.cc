@@ -57,7 +57,8 @@ Stream::Stream(ConstructionKey, std::unique_ptr<Transport> transport, const Stre
       registrations_(registrations ? std::move(registrations)
                                    : std::make_shared<DirectRegistrationProvider>(*transport_)),
       ring_geometry_(settings.ring_size), receive_credit_(settings.ring_size),
-      spin_budget_(settings.spin_time, settings.spin_limit) {}
+      spin_budget_(settings.spin_time, settings.spin_limit),
+      core_sharing_(transport_->peer_may_share_core()) {}
 
 Stream::~Stream() = default;
 

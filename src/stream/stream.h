@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/futex_mutex.h"
+#include "stream/core_sharing_backoff.h"
 #include "stream/credit_window.h"
 #include "stream/blocking.h"
 #include "stream/control_doorbell.h"
@@ -418,6 +419,7 @@ class Stream {
   std::atomic<uint64_t> rendezvous_bytes_sent_{0};
   std::atomic<uint64_t> rendezvous_bytes_received_{0};
   SpinBudget spin_budget_;
+  CoreSharingBackoff core_sharing_;
   // RendezvousMethod::write: pieces of our rendezvous the peer asked for,
   // not yet posted; the slots of our requests in the peer's box.
   struct RendezvousWrite {

@@ -48,13 +48,18 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     }
     const auto now = Clock::now();
     if (deadline && now >= *deadline) return -ETIMEDOUT;
-    if (now < spin_until) {
-      state.unlock();
-      if (now >= yield_at) {
-        std::this_thread::yield();
-        yield_at = now + kSpinYieldInterval;
+    if (now < spin_until && core_sharing_.may_spin(now)) {
+      if (now < yield_at) {
+        state.unlock();
+        state.lock();
+        continue;
       }
+      state.unlock();
+      std::this_thread::yield();
+      const auto yielded = Clock::now();
       state.lock();
+      core_sharing_.on_yield(now, yielded);
+      yield_at = core_sharing_.checking() ? yielded : yielded + kSpinYieldInterval;
       continue;
     }
     return_all_credit_locked();

@@ -174,6 +174,12 @@ class Transport {
   // through a failure seen here. Then its kernel is alive and sends the TCP
   // connection's FIN or RST too, perhaps a moment later.
   virtual bool peer_left() const { return false; }
+  // Whether the peer's process runs on this host and may share a core with
+  // ours, its work done in its own threads (shared memory): then a spinning
+  // wait may hold up the very answer it waits for, and waits stop spinning
+  // while yields keep running another thread (stream_wait.cc). Not so across
+  // hosts, nor over Soft-RoCE, whose kernel threads also run after a yield.
+  virtual bool peer_may_share_core() const { return false; }
 };
 
 }  // namespace qpsock::stream

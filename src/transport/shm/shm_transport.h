@@ -146,6 +146,7 @@ class ShmTransport final : public stream::Transport {
   uint32_t max_slices() const override { return options_.max_slices; }
   void publish_consumed(uint64_t ring_bytes) override;
   std::optional<uint64_t> peer_consumed() const override;
+  bool peer_may_share_core() const override { return true; }
 
   pid_t peer_pid() const { return peer_.pid(); }
   // Whether the link is broken (a disconnect, a violation, the peer's end).
