@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/errno_guard.h"
+#include "common/startup_settings.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::log {
@@ -16,8 +17,9 @@ namespace {
 
 constexpr int kUnset = -1;
 std::atomic<int> current_level{kUnset};
-// The log file's path, copied once (getenv's storage may change under us) by
-// the first thread to log, and published when complete.
+// The log file's path, copied once (before the startup settings are taken it
+// comes from getenv, whose storage may change under us) by the first thread
+// to log, and published when complete.
 std::atomic<bool> log_file_claimed{false};
 char log_file_storage[512];
 std::atomic<const char*> log_file{nullptr};
@@ -26,7 +28,7 @@ constexpr const char* kLevelNames[] = {"off", "error", "warn", "info", "debug", 
 
 Level level_from_environment() {
   Level level = Level::warn;
-  if (const char* text = getenv("QPSOCK_LOG_LEVEL"); text != nullptr && *text != '\0') {
+  if (const char* text = startup_setting("QPSOCK_LOG_LEVEL"); text != nullptr && *text != '\0') {
     if (!parse_level(text, level)) level = Level::warn;
   }
   return level;
@@ -34,7 +36,7 @@ Level level_from_environment() {
 
 void publish_log_file() {
   if (log_file_claimed.exchange(true, std::memory_order_acq_rel)) return;
-  const char* path = getenv("QPSOCK_LOG_FILE");
+  const char* path = startup_setting("QPSOCK_LOG_FILE");
   if (path != nullptr && strlen(path) < sizeof(log_file_storage)) strcpy(log_file_storage, path);
   log_file.store(log_file_storage, std::memory_order_release);
 }
@@ -42,7 +44,7 @@ void publish_log_file() {
 void write_line(const char* line, size_t length) {
   const char* path = log_file.load(std::memory_order_acquire);
   // A thread that logs while the first one is still copying the path.
-  if (path == nullptr) path = getenv("QPSOCK_LOG_FILE");
+  if (path == nullptr) path = startup_setting("QPSOCK_LOG_FILE");
   if (path != nullptr && path[0] != '\0') {
     // Opened per line: the program may close or dup2 over any fd we kept.
     int fd = next::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);

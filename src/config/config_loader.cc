@@ -1,9 +1,9 @@
 #include "config/config_loader.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "common/log.h"
+#include "common/startup_settings.h"
 #include "config/config_file_reader.h"
 #include "config/config_parser.h"
 
@@ -40,7 +40,7 @@ void use_config_file(const std::string& path, bool missing_means_built_in,
 
 const Config* load_process_config() {
   loading_on_this_thread = true;
-  ParseResult result = load_config([](const char* name) { return ::getenv(name); });
+  ParseResult result = load_config([](const char* name) { return startup_setting(name); });
   for (const std::string& diagnostic : result.diagnostics) {
     QPSOCK_LOG(warn, "%s", diagnostic.c_str());
   }

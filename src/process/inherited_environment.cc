@@ -6,21 +6,15 @@
 #include <cstring>
 
 #include "common/errno_guard.h"
+#include "common/startup_settings.h"
 #include "upgrade/inherited_streams.h"
-
-extern char** environ;
 
 namespace qpsock::process {
 namespace {
 
-// Fixed storage filled once at load: exec may run in a child where malloc's
-// locks are held by threads that no longer exist.
-constexpr size_t kSettingsCapacity = 8192;
-constexpr size_t kMaximumSettings = 64;
+// Filled once at load: exec may run in a child where malloc's locks are held
+// by threads that no longer exist.
 char library_path[4096];
-char settings_storage[kSettingsCapacity];
-char* settings[kMaximumSettings];  // "QPSOCK_NAME=value" strings
-size_t settings_count = 0;
 
 constexpr char kPreloadPrefix[] = "LD_PRELOAD=";
 constexpr size_t kPreloadPrefixLength = sizeof(kPreloadPrefix) - 1;
@@ -88,14 +82,7 @@ void capture_inherited_environment() {
       info.dli_fname != nullptr && strlen(info.dli_fname) < sizeof(library_path)) {
     strcpy(library_path, info.dli_fname);
   }
-  size_t used = 0;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    if (strncmp(*entry, "QPSOCK_", 7) != 0 || is_inherited_streams(*entry)) continue;
-    size_t length = strlen(*entry) + 1;
-    if (settings_count == kMaximumSettings || used + length > kSettingsCapacity) break;
-    settings[settings_count++] = static_cast<char*>(memcpy(settings_storage + used, *entry, length));
-    used += length;
-  }
+  capture_startup_settings();
 }
 
 InheritedEnvironment::InheritedEnvironment(char* const* envp, const char* inherited_streams)
@@ -105,8 +92,9 @@ InheritedEnvironment::InheritedEnvironment(char* const* envp, const char* inheri
   bool add_library = library_path[0] != '\0' &&
                      (preload == nullptr || !preload_lists_library(preload + kPreloadPrefixLength));
   size_t missing_settings = 0;
-  for (size_t index = 0; index < settings_count; ++index) {
-    if (!has_variable(envp, settings[index])) ++missing_settings;
+  for (size_t index = 0; index < startup_setting_count(); ++index) {
+    const char* setting = startup_setting_assignment(index);
+    if (!is_inherited_streams(setting) && !has_variable(envp, setting)) ++missing_settings;
   }
   bool stale_streams = false;
   for (char* const* entry = envp; entry != nullptr && *entry != nullptr; ++entry)
@@ -145,8 +133,9 @@ InheritedEnvironment::InheritedEnvironment(char* const* envp, const char* inheri
     if (is_inherited_streams(envp[index])) continue;
     copy[out++] = envp[index];
   }
-  for (size_t index = 0; index < settings_count; ++index) {
-    if (!has_variable(envp, settings[index])) copy[out++] = settings[index];
+  for (size_t index = 0; index < startup_setting_count(); ++index) {
+    char* setting = startup_setting_assignment(index);
+    if (!is_inherited_streams(setting) && !has_variable(envp, setting)) copy[out++] = setting;
   }
   if (inherited_streams != nullptr) copy[out++] = const_cast<char*>(inherited_streams);
   copy[out] = nullptr;

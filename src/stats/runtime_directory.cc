@@ -5,8 +5,9 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+
+#include "common/startup_settings.h"
 
 namespace qpsock::stats {
 namespace {
@@ -29,7 +30,7 @@ bool copy_path(char* path, size_t size, const char* text) {
 
 bool prepare_runtime_directory(char* path, size_t size) {
   // The user's explicit choice: made if missing, otherwise taken as it is.
-  if (const char* chosen = getenv(kStatDirectoryVariable); chosen != nullptr && *chosen != '\0') {
+  if (const char* chosen = startup_setting(kStatDirectoryVariable); chosen != nullptr && *chosen != '\0') {
     return copy_path(path, size, chosen) && usable_directory(path, false);
   }
   if (usable_directory(kSystemStatDirectory, true)) return copy_path(path, size, kSystemStatDirectory);

@@ -19,6 +19,9 @@
 #    and a program handed the socket after its upgrade fails with ECONNRESET.
 #  - so does a program that a client started beside itself (posix_spawn,
 #    system, popen) after its upgrade, and the client's stream goes on.
+#  - a program that clears its own environment before its first socket (as
+#    daemons and nginx's workers do) keeps the settings it started with: its
+#    log goes to the file named, and QPSOCK_OFFLOAD=0 keeps it on TCP.
 # usage: exec.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 parse_runners "$@"
@@ -245,8 +248,45 @@ spawned_program_peeks() {
   assert_equal "fork_echo_server for the spawning clients ($runner)" 0 "$status"
 }
 
+# A python client that clears its environment, then echoes 1 MiB through a
+# qpsock server; started with QPSOCK_OFFLOAD=0 and an info log to a file.
+settings_outlive_a_cleared_environment() {
+  local runner=$1 tag qplog output status=0
+  tag=$(runner_tag "$runner")
+  qplog=$LOG_DIR/cleared-environment.$tag.qplog
+  output=$LOG_DIR/cleared-environment.$tag.log
+  start_server "$runner" "cleared-environment-server.$tag" "$QPSOCK_PROGRAMS_DIR/fork_echo_server" -n 1 @PORT@ ||
+    return 0
+  QPSOCK_OFFLOAD=0 QPSOCK_LOG_LEVEL=info QPSOCK_LOG_FILE=$qplog run_under "$runner" 30 python3 -c '
+import os, socket, sys
+os.environ.clear()
+data = os.urandom(1 << 20)
+with socket.create_connection(("127.0.0.1", int(sys.argv[1]))) as connection:
+    connection.sendall(data)
+    connection.shutdown(socket.SHUT_WR)
+    received = bytearray()
+    while chunk := connection.recv(65536):
+        received += chunk
+print("echoed" if received == data else f"corrupt: {len(received)} bytes")' "$SERVER_PORT" >"$output" 2>&1 ||
+    status=$?
+  if ((status == 0)) && grep -qx echoed "$output"; then
+    pass "a client that cleared its environment echoed 1 MiB intact ($runner)"
+  else
+    fail "a client that cleared its environment: status $status, $(head -c 300 "$output")"
+  fi
+  if grep -q 'QPSOCK_OFFLOAD=0' "$qplog" 2>/dev/null && ! grep -q 'upgraded' "$qplog"; then
+    pass "its settings outlived the cleared environment: the log file named got its lines, and QPSOCK_OFFLOAD=0 kept it on TCP ($runner)"
+  else
+    fail "its settings were lost with its environment: $(head -c 300 "$qplog" 2>/dev/null || echo 'no log file')"
+  fi
+  status=0
+  wait_background "cleared-environment-server.$tag" || status=$?
+  assert_equal "fork_echo_server for the client that cleared its environment ($runner)" 0 "$status"
+}
+
 for runner in "${RUNNERS[@]}"; do
   if runner_loads_qpsock "$runner"; then
+    settings_outlive_a_cleared_environment "$runner"
     # On TCP, exec passes the socket through untouched.
     QPSOCK_SAME_HOST=kernel inherited_socket "$runner"
     inherited_upgraded_socket "$runner"

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/startup_settings.h"
 #include "stats/process_identity.h"
 #include "stats/registry.h"
 #include "stats/runtime_directory.h"
@@ -80,6 +81,7 @@ TEST(StatsRuntimeDirectory, TheVariableWinsAndIsMadePrivate) {
   const char* saved = getenv(kStatDirectoryVariable);
   const std::string saved_value = saved ? saved : "";
   setenv(kStatDirectoryVariable, chosen.c_str(), 1);
+  capture_startup_settings();  // as if the process had started with it
   char path[256];
   EXPECT_TRUE(prepare_runtime_directory(path, sizeof(path)));
   EXPECT_EQ(chosen, path);
@@ -87,17 +89,20 @@ TEST(StatsRuntimeDirectory, TheVariableWinsAndIsMadePrivate) {
   ASSERT_EQ(stat(chosen.c_str(), &status), 0);
   EXPECT_EQ(status.st_mode & 0777, 0700u);
   if (saved) setenv(kStatDirectoryVariable, saved_value.c_str(), 1); else unsetenv(kStatDirectoryVariable);
+  capture_startup_settings();
 }
 
 TEST(StatsRuntimeDirectory, WithoutTheVariableRunOrTmpPerUser) {
   const char* saved = getenv(kStatDirectoryVariable);
   const std::string saved_value = saved ? saved : "";
   unsetenv(kStatDirectoryVariable);
+  capture_startup_settings();
   char path[256];
   ASSERT_TRUE(prepare_runtime_directory(path, sizeof(path)));
   const std::string per_user = "/tmp/qpsock-" + std::to_string(geteuid());
   EXPECT_TRUE(std::string(path) == kSystemStatDirectory || std::string(path) == per_user) << path;
   if (saved) setenv(kStatDirectoryVariable, saved_value.c_str(), 1);
+  capture_startup_settings();
 }
 
 }  // namespace
