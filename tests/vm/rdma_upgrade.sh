@@ -581,6 +581,58 @@ else
     echo "SKIP: curl is not installed"
 fi
 
+# --- 9b. curl against nginx ---------------------------------------------------
+# A master and two workers, epoll and sendfile. The workers rewrite their
+# environment (only TZ is left) before their first connection: the settings
+# qpsock-run gave them (same_host=rdma, the log file) must still apply, so the
+# workers' own log lines count the upgrades at the server's end. nginx's
+# sendfile moves 10-15 MiB over TCP before each upgrade completes (curl's
+# connect starts it), so at least a quarter of the payload, not most of it,
+# must cross rxe.
+if command -v nginx >/dev/null && command -v curl >/dev/null; then
+    mkdir -p "$LOG/nginx"
+    files=(24 32) payload=0  # two of section 9's files
+    for mib in "${files[@]}"; do payload=$((payload + (mib << 20))); done
+    cat >"$LOG/nginx/nginx.conf" <<CONFIG
+user root; daemon off; worker_processes 2;
+pid $LOG/nginx/nginx.pid; error_log $LOG/nginx/error.log;
+events { worker_connections 64; }
+http {
+  access_log off; sendfile on;
+  client_body_temp_path $LOG/nginx/body; proxy_temp_path $LOG/nginx/proxy;
+  fastcgi_temp_path $LOG/nginx/fastcgi; uwsgi_temp_path $LOG/nginx/uwsgi; scgi_temp_path $LOG/nginx/scgi;
+  server { listen $SERVER_IP:5602; root $LOG/www; }
+}
+CONFIG
+    read -ra sprefix <<<"$(qpsock_prefix "$LOG/nginx.qplog")"
+    start_bg "$LOG/nginx.out" "${sprefix[@]}" nginx -c "$LOG/nginx/nginx.conf" -p "$LOG/nginx" -e "$LOG/nginx/error.log"
+    ngpid=$BG
+    wait_listening 5602 10
+    snapshot before
+    ok=1 ups=0
+    for mib in "${files[@]}"; do
+        read -ra cprefix <<<"$(qpsock_prefix "$LOG/curl-nginx.$mib.qplog")"
+        "${cprefix[@]}" curl -s --max-time 120 --interface $CLIENT_IP -o "$LOG/nginx-got$mib.bin" \
+            "http://$SERVER_IP:5602/f$mib.bin" 2>"$LOG/curl-nginx.$mib.err" || { ok=0; echo "  curl nginx f$mib.bin: exit $?"; }
+        [[ $(sha256sum <"$LOG/nginx-got$mib.bin" | cut -d' ' -f1) == $(sha256sum <"$LOG/www/f$mib.bin" | cut -d' ' -f1) ]] ||
+            { ok=0; echo "  curl nginx f$mib.bin: sha256 differs ($(stat -c %s "$LOG/nginx-got$mib.bin" 2>/dev/null) bytes)"; }
+        ups=$((ups + $(upgraded_in "$LOG/curl-nginx.$mib.qplog")))
+    done
+    snapshot after
+    kill "$ngpid" 2>/dev/null; reap "$ngpid" 10
+    server_ups=$(upgraded_in "$LOG/nginx.qplog")
+    sent=$(( $(delta before after rxe0_sent) + $(delta before after rxe1_sent) )) lo=$(delta before after lo_tx)
+    # A quarter of the payload at a 1 KiB MTU is payload / 4096 packets.
+    if ((ok && ups == ${#files[@]} && server_ups == ${#files[@]} && sent > payload / 4096)); then
+        pass "curl --interface against nginx (2 workers, sendfile): ${#files[@]} files ($((payload >> 20)) MiB) intact by sha256, each connection upgraded at both ends (the workers' log says so); rxe sent $sent packets, TCP (lo) carried $lo bytes"
+    else
+        fail "curl against nginx (ok $ok, upgraded: $ups of ${#files[@]} curls, $server_ups in nginx's workers; rxe sent $sent packets, lo $lo bytes of $payload)"
+        show "$LOG/nginx.qplog" "$LOG/nginx/error.log" "$LOG/curl-nginx.24.qplog" "$LOG/curl-nginx.24.err"
+    fi
+else
+    echo "SKIP: nginx or curl is not installed"
+fi
+
 # --- 10. Java: a blocking server and an NIO server, 16 clients each --------
 # The JVM under qpsock-run at both ends: BlockingEchoServer (a thread per
 # connection) and NioEchoServer (one Selector thread), each with
