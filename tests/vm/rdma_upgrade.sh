@@ -23,7 +23,8 @@
 # socket inherited; a writer's shutdown(SHUT_WR) whose FIN overtakes its last
 # RDMA writes; a writer killed mid-stream (EOF, as over TCP, also in the
 # middle of a rendezvous); curl --interface (IP_BIND_ADDRESS_NO_PORT) against
-# python's http.server; Java's blocking and NIO echo servers with 16 clients.
+# python's http.server and against nginx (its workers rewrite their
+# environment); Java's blocking and NIO echo servers with 16 clients.
 set -uo pipefail
 here=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 root=$(cd "$here/../.." && pwd)
