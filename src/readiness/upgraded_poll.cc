@@ -20,6 +20,14 @@ struct Watched {
   nfds_t index;  // in the application's array
   std::shared_ptr<upgrade::Connection> connection;  // an upgraded socket, or
   std::shared_ptr<EpollSet> epoll_set;              // an epoll set holding some
+  // In a forked child, a socket whose stream the parent upgraded: the kernel
+  // socket will never be readable, so it is reported failed at once (as epoll
+  // does), and the program's next call on it meets ECONNRESET rather than a
+  // wait that never ends.
+  bool parents_stream = false;
+
+  // A stream of ours to arm, watch and wake on.
+  bool has_stream() const { return connection != nullptr && !parents_stream; }
 };
 
 // The entries whose readiness the kernel cannot tell.
@@ -28,7 +36,9 @@ std::vector<Watched> upgraded_entries(const pollfd* fds, nfds_t count) {
   for (nfds_t index = 0; index < count; ++index) {
     if (fds[index].fd < 0) continue;
     std::shared_ptr<upgrade::Connection> connection = upgrade::find_connection(fds[index].fd);
-    if (connection != nullptr && connection->stream() != nullptr) {
+    if (connection != nullptr && connection->inherited_stream()) {
+      watched.push_back({index, std::move(connection), nullptr, true});
+    } else if (connection != nullptr && connection->stream() != nullptr) {
       watched.push_back({index, std::move(connection), nullptr});
     } else if (connection == nullptr) {
       if (auto set = active_epoll_set(fds[index].fd)) watched.push_back({index, nullptr, std::move(set)});
@@ -43,6 +53,7 @@ short merged_events(const Watched& entry, short wanted, short kernel, bool set_r
     const short events = static_cast<short>(kernel | (set_ready ? POLLIN : 0));
     return static_cast<short>(events & (wanted | POLLHUP | POLLERR | POLLNVAL));
   }
+  if (entry.parents_stream) return POLLERR | POLLHUP;
   // The streams were armed before this look: it must not spend the arm.
   const short events = upgraded_socket_events(*entry.connection, kernel, stream::Stream::Progress::none);
   return static_cast<short>(events & (wanted | POLLHUP | POLLERR));
@@ -99,6 +110,7 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
       kernel_set[entry.index].events |= POLLIN;  // the set's own fd wakes on its streams
       continue;
     }
+    if (!entry.has_stream()) continue;
     kernel_set.push_back({entry.connection->stream()->transport_wait_handle(), POLLIN, 0});
     kernel_set.push_back({entry.connection->stream()->wake_handle(), POLLIN, 0});
   }
@@ -115,7 +127,7 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
     // room is the stream's: TCP's POLLOUT, always set, would never let us
     // sleep.
     for (const Watched& entry : watched) {
-      if (entry.connection == nullptr) continue;
+      if (!entry.has_stream()) continue;
       short& events = kernel_set[entry.index].events;
       events = fds[entry.index].events;
       if (!entry.connection->receiving_switched()) events |= POLLIN;
@@ -125,12 +137,12 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
     // Counted as a sleeper from before the arm: another thread's progress
     // that consumes a wakeup meant for us then signals the wake handle.
     for (const Watched& entry : watched)
-      if (entry.connection != nullptr) entry.connection->stream()->begin_readiness_sleep();
+      if (entry.has_stream()) entry.connection->stream()->begin_readiness_sleep();
     std::vector<bool> set_ready(watched.size(), false);
     for (size_t entry = 0; entry < watched.size(); ++entry) {
       if (watched[entry].epoll_set != nullptr) {
         set_ready[entry] = watched[entry].epoll_set->prepare_outer_sleep();
-      } else {
+      } else if (watched[entry].has_stream()) {
         watched[entry].connection->stream()->arm_for_readiness();
       }
     }
@@ -155,7 +167,7 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
     const int poll_error = errno;
     for (const Watched& entry : watched) {
       if (entry.epoll_set != nullptr) entry.epoll_set->finish_outer_sleep();
-      if (entry.connection != nullptr) entry.connection->stream()->end_readiness_sleep();
+      if (entry.has_stream()) entry.connection->stream()->end_readiness_sleep();
     }
     if (failed) {
       errno = poll_error;

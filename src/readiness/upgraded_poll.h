@@ -8,6 +8,9 @@
 // writes the binding token into TCP, which wakes a reader, and the reader's
 // next call finds the stream. An epoll fd whose set holds upgraded sockets is
 // readable when one of them is (its streams are armed while we sleep).
+// In a forked child, a socket whose stream its parent upgraded is reported
+// failed (POLLERR | POLLHUP) at once, as epoll reports it: its calls fail with
+// ECONNRESET, and its kernel socket would never wake a wait.
 #pragma once
 
 #include <poll.h>

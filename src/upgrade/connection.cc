@@ -344,7 +344,8 @@ int Connection::refuse_inherited_call(int fd) {
   if (!inherited_call_logged_.exchange(true, std::memory_order_acq_rel))
     QPSOCK_LOG(error, "fd %d: this connection's stream belongs to the process that upgraded it "
                "before forking this one (or its parent, pid %d); it cannot be used here yet: "
-               "ECONNRESET", fd, static_cast<int>(getppid()));
+               "ECONNRESET (a kernel rule for its port in qpsock.conf keeps such a program's "
+               "connections on TCP)", fd, static_cast<int>(getppid()));
   return ECONNRESET;
 }
 

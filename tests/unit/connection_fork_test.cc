@@ -18,6 +18,7 @@
 
 #include "process/process_calls.h"
 #include "readiness/epoll_set.h"
+#include "readiness/upgraded_poll.h"
 #include "stream/loopback_stream_pair.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/inherited_streams.h"
@@ -143,6 +144,53 @@ TEST_F(ConnectionAfterFork, AChildsEpollSetNeitherTouchesNorDropsItsParentsUpgra
     EXPECT_TRUE(set.remove(sockets[0], result));
   }
   close(epoll_fd);
+}
+
+// What the child's poll and select found wrong, one bit each.
+enum PollFinding : int {
+  kPollNotReportedUnusable = 1,
+  kPollWaited = 2,
+  kSelectNotReportedReadable = 4,
+  kSelectWaited = 8,
+};
+
+// As a forked receiver does (rsync's): it waits for its parent's upgraded
+// socket to become readable. The kernel socket never will; the wait must end
+// at once so that the read that follows meets ECONNRESET.
+int poll_in_forked_child(int fd) {
+  connections_after_fork_in_child();
+  int findings = 0;
+  const timespec five_seconds{5, 0};
+  const auto started = std::chrono::steady_clock::now();
+  pollfd entry{fd, POLLIN, 0};
+  int result = 0;
+  if (!readiness::poll_upgraded(&entry, 1, &five_seconds, nullptr, result) || result != 1 ||
+      (entry.revents & (POLLERR | POLLHUP)) != (POLLERR | POLLHUP))
+    findings |= kPollNotReportedUnusable;
+  if (std::chrono::steady_clock::now() - started > std::chrono::seconds(1)) findings |= kPollWaited;
+
+  const auto select_started = std::chrono::steady_clock::now();
+  fd_set readable;
+  FD_ZERO(&readable);
+  FD_SET(fd, &readable);
+  if (!readiness::select_upgraded(fd + 1, &readable, nullptr, nullptr, &five_seconds, nullptr, result) ||
+      result != 1 || !FD_ISSET(fd, &readable))
+    findings |= kSelectNotReportedReadable;
+  if (std::chrono::steady_clock::now() - select_started > std::chrono::seconds(1)) findings |= kSelectWaited;
+  return findings;
+}
+
+TEST_F(ConnectionAfterFork, AChildsPollAndSelectReportItsParentsUpgradedConnectionFailedAtOnce) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(poll_in_forked_child(sockets[0]));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "findings (bits): 1 poll did not report POLLERR|POLLHUP, "
+                                       "2 poll waited, 4 select did not report it readable, "
+                                       "8 select waited";
+  EXPECT_NE(connection->stream(), nullptr);
 }
 
 // posix_spawn, system and popen start a program beside this process: it is
