@@ -482,12 +482,12 @@ assert_status() {
 }
 
 # require_tools TOOL...: every tool must exist; the suite's setup installs
-# them (socat netcat-openbsd iperf3 curl nginx-light), so a missing one is a failure.
+# them (socat netcat-openbsd iperf3 curl nginx-light rsync), so a missing one is a failure.
 require_tools() {
   local tool missing=()
   for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
   if ((${#missing[@]} > 0)); then
-    die "required tool(s) missing: ${missing[*]} (install with: apt-get install socat netcat-openbsd iperf3 curl nginx-light, or run scripts/setup-debian)"
+    die "required tool(s) missing: ${missing[*]} (install with: apt-get install socat netcat-openbsd iperf3 curl nginx-light rsync, or run scripts/setup-debian)"
   fi
 }
 
