@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 
+#include "common/errno_guard.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::transport::shm {
@@ -28,8 +29,17 @@ int PeerProcess::open(pid_t pid) {
 }
 
 bool PeerProcess::exited() const {
+  ErrnoGuard errno_guard;
   pollfd watched{pidfd_.get(), POLLIN, 0};
-  return next::poll(&watched, 1, 0) != 0;  // readable, or an error: either way unusable
+  for (;;) {
+    const int ready = next::poll(&watched, 1, 0);
+    // Readable, or POLLNVAL/POLLERR: either way the peer is gone to us.
+    if (ready >= 0) return ready > 0;
+    // A signal arriving during the look (a program that signals itself, as
+    // PostgreSQL does for its latches) says nothing of the peer; nor does a
+    // lack of memory for the look, which the next one repeats.
+    if (errno != EINTR) return false;
+  }
 }
 
 int PeerProcess::read(std::span<const iovec> destination, uint64_t address, size_t length) const {
