@@ -9,7 +9,8 @@
 # processes with every byte counted. Then mixed pairs (qpsock with a plain
 # peer, both roles) must move the same bytes intact on TCP, with no stall; a
 # pair whose processes fork children mid-stream (the children inherit the
-# upgraded socket, one execs and one exits) must go on intact; and a pair
+# upgraded socket, one execs and one exits) must go on intact, and so must a
+# pair whose processes take a SIGALRM every 50 µs; and a pair
 # whose client has set up an io_uring must stay on TCP. Last,
 # SO_RCVBUF/SO_SNDBUF must bound an upgraded stream as they bound TCP.
 # usage: shm_upgrade.sh [BYTES]    (root: it makes a network namespace)
@@ -117,6 +118,21 @@ for side in server client; do
 done
 
 MIXED_BYTES=$((BYTES < 67108864 ? BYTES : 67108864))
+
+# Both processes take a SIGALRM every 50 µs while the data moves (a handler
+# without SA_RESTART, as PostgreSQL's backends signal themselves): a signal
+# that interrupts qpsock's own look at its peer is not the peer's death.
+BULK_EXCHANGE_SIGNALS=50 BYTES=$MIXED_BYTES run_pair signal-storm qpsock qpsock
+for side in server client; do
+  log=$WORK/signal-storm.$side.log
+  taken=$(sed -n 's/^bulk_exchange: \([0-9]*\) signals taken.*/\1/p' "$log")
+  if grep -q "upgraded to shared memory" "$log" && ((${taken:-0} > 0)); then
+    pass "signal-storm $side: upgraded, and took ${taken} signals while the data moved"
+  else
+    fail "signal-storm $side: no upgrade, or no signal taken"
+    cat "$log" >&2
+  fi
+done
 BYTES=$MIXED_BYTES run_pair qpsock-server-plain-client qpsock plain
 BYTES=$MIXED_BYTES run_pair plain-server-qpsock-client plain qpsock
 

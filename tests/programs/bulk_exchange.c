@@ -21,6 +21,12 @@
  *                            that a test can look at the open connection
  *   BULK_EXCHANGE_IO_URING=1 set up an io_uring first (qpsock must then keep
  *                            the connection on TCP)
+ *   BULK_EXCHANGE_SIGNALS=MICROSECONDS  while the data moves, SIGALRM every
+ *                            MICROSECONDS (1 to 999999) to the process, with a
+ *                            handler installed without SA_RESTART, as programs
+ *                            that signal themselves have (PostgreSQL's latches,
+ *                            timers); every call that returns EINTR is made
+ *                            again, and the count taken is printed at the end
  *   BULK_EXCHANGE_CHILDREN=PROGRAM  once a quarter has arrived, while both
  *                            directions run, fork two children that inherit
  *                            the socket and never touch it: one execs PROGRAM,
@@ -47,6 +53,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -198,10 +205,36 @@ static int fork_children_mid_stream(const char* program, const struct direction*
   return exec_status == 0 && exit_status == 0 ? 0 : 1;
 }
 
+static volatile sig_atomic_t signals_taken = 0;
+
+static void count_signal(int number) {
+  (void)number;
+  signals_taken = signals_taken + 1;
+}
+
+/* BULK_EXCHANGE_SIGNALS: 1 if the storm is on, 0 if not asked for. */
+static int signal_storm(int on) {
+  const char* text = getenv("BULK_EXCHANGE_SIGNALS");
+  if (text == NULL || *text == '\0') return 0;
+  long interval = on ? parse_number(text, "BULK_EXCHANGE_SIGNALS") : 0;
+  if (interval < 0 || interval > 999999) die("BULK_EXCHANGE_SIGNALS: 1 to 999999 microseconds");
+  if (on) {
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = count_signal; /* no SA_RESTART */
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGALRM, &action, NULL) != 0) die("sigaction:");
+  }
+  struct itimerval every = {{0, interval}, {0, interval}};
+  if (setitimer(ITIMER_REAL, &every, NULL) != 0) die("setitimer:");
+  return 1;
+}
+
 static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive_seed) {
   struct direction out = {fd, bytes, send_seed, send_seed * 7 + 1, 0, 0};
   struct direction in = {fd, bytes, receive_seed, receive_seed * 13 + 5, 0, 0};
   pthread_t writer, reader;
+  const int storm = signal_storm(1);
   if (pthread_create(&writer, NULL, write_direction, &out) != 0 ||
       pthread_create(&reader, NULL, read_direction, &in) != 0) {
     fprintf(stderr, "bulk_exchange: pthread_create failed\n");
@@ -211,6 +244,10 @@ static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive
   const int children_failed = children != NULL && fork_children_mid_stream(children, &in) != 0;
   pthread_join(writer, NULL);
   pthread_join(reader, NULL);
+  if (storm) {
+    signal_storm(0);
+    fprintf(stderr, "bulk_exchange: %ld signals taken while the data moved\n", (long)signals_taken);
+  }
   if (!out.failed && !in.failed) hold_until_released();
   /* Both directions are complete: an orderly end, as a real program's. */
   close(fd);
