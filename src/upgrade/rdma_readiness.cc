@@ -1,15 +1,19 @@
 #include "upgrade/rdma_readiness.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/log.h"
+#include "libc/next_symbols.h"
 #include "stream/record.h"
 #include "transport/verbs/verbs_library.h"
 
@@ -48,6 +52,20 @@ bool may_lock_any_amount() {
 
 std::atomic<bool> memlock_warned{false};
 
+// What this process has pinned (VmPin in /proc/self/status, where
+// ib_umem_get counts registrations), in KiB; 0 if it cannot be read.
+unsigned long long pinned_kib() {
+  char text[4096];
+  const int fd = next::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t got = next::read(fd, text, sizeof(text) - 1);
+  next::close(fd);
+  if (got <= 0) return 0;
+  text[got] = '\0';
+  const char* line = strstr(text, "\nVmPin:");
+  return line != nullptr ? strtoull(line + 7, nullptr, 10) : 0;
+}
+
 }  // namespace
 
 uint64_t pinned_bytes_per_connection(uint64_t ring_size) {
@@ -71,6 +89,19 @@ const char* reason_rdma_unusable(uint64_t ring_size) {
                static_cast<unsigned long long>(limit.rlim_cur >> 10),
                static_cast<unsigned long long>(needed >> 10));
   return "RLIMIT_MEMLOCK is too low to pin an RDMA connection's buffers";
+}
+
+void report_pinning_failure(int error, uint64_t ring_size) {
+  if (error != -ENOMEM && error != -EPERM) return;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
+  if (may_lock_any_amount() || memlock_warned.exchange(true, std::memory_order_relaxed)) return;
+  QPSOCK_LOG(warn,
+             "RLIMIT_MEMLOCK is %llu KiB and this process pins %llu KiB already; an RDMA "
+             "connection needs %llu KiB more: new connections stay on TCP (raise it, e.g. "
+             "ulimit -l unlimited)",
+             static_cast<unsigned long long>(limit.rlim_cur >> 10), pinned_kib(),
+             static_cast<unsigned long long>(pinned_bytes_per_connection(ring_size) >> 10));
 }
 
 }  // namespace qpsock::upgrade

@@ -20,4 +20,10 @@ const char* reason_rdma_unusable(uint64_t ring_size);
 // copying when they fail.
 uint64_t pinned_bytes_per_connection(uint64_t ring_size);
 
+// After an upgrade failed with `error` (-errno): if it was a registration
+// refused for RLIMIT_MEMLOCK (the process's connections together have used
+// the limit up), logs that once per process at warn level, with the limit
+// and what the process pins already.
+void report_pinning_failure(int error, uint64_t ring_size);
+
 }  // namespace qpsock::upgrade

@@ -109,6 +109,7 @@ void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_pt
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: no RDMA upgrade with %s (%s); stays on TCP", tcp_fd,
                describe_address(peer).c_str(), strerrordesc_np(-result));
+    report_pinning_failure(result, settings.ring_size);
     connection->decline(decline_reason(result));
     return;
   }
@@ -175,6 +176,7 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
     if (result != -ENOTCONN)
       QPSOCK_LOG(info, "fd %d: RDMA upgrade failed (%s); stays on TCP", tcp_fd,
                  strerrordesc_np(-result));
+    report_pinning_failure(result, listener.options().ring_size);
     return result;
   }
   QPSOCK_LOG(info, "fd %d: upgraded to RDMA (%s)", tcp_fd, device.text);

@@ -336,6 +336,39 @@ else
     fail "memlock: no RLIMIT_MEMLOCK line, or upgraded"; show "$LOG"/memlock.*.qplog
 fi
 
+# --- 3a. RLIMIT_MEMLOCK used up by a process's connections -----------------
+# 5 MiB pins two connections' rings (about 2.1 MiB each), not five: iperf3
+# -P 4 (a control connection and four streams) upgrades some and keeps the
+# rest on TCP, with one warning naming the limit and what is pinned already.
+if command -v iperf3 >/dev/null; then
+    (
+        ulimit -l 5120 || exit 1
+        NOLOCK=1
+        read -ra sprefix <<<"$(qpsock_prefix "$LOG/memlock-used.server.qplog")"
+        read -ra cprefix <<<"$(qpsock_prefix "$LOG/memlock-used.client.qplog")"
+        start_bg "$LOG/memlock-used.server.out" "${sprefix[@]}" iperf3 -s -1 -B $SERVER_IP -p 5203
+        mspid=$BG
+        wait_listening 5203 10
+        "${cprefix[@]}" iperf3 -c $SERVER_IP -B $CLIENT_IP -p 5203 -P 4 -t 2 -J >"$LOG/memlock-used.client.out" 2>&1
+        mcrc=$?
+        reap "$mspid" 20; msrc=$?
+        exit $((mcrc || msrc))
+    )
+    status=$?
+    received=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"]))' \
+        "$LOG/memlock-used.client.out" 2>/dev/null || echo 0)
+    ups=$(upgraded_in "$LOG/memlock-used.server.qplog")
+    warned=$(cat "$LOG"/memlock-used.*.qplog 2>/dev/null | grep -c "RLIMIT_MEMLOCK is 5120 KiB and this process pins")
+    if ((status == 0 && received > 0 && ups >= 1 && ups < 5 && warned >= 1)); then
+        pass "memlock used up: iperf3 -P 4 under RLIMIT_MEMLOCK 5 MiB: $ups of 5 connections upgraded, the rest on TCP, $received bytes received; the limit logged once per process that hit it"
+    else
+        fail "memlock used up: exit $status, $received bytes received, $ups upgraded, $warned warning lines"
+        show "$LOG/memlock-used.server.qplog" "$LOG/memlock-used.client.qplog" "$LOG/memlock-used.client.out"
+    fi
+else
+    echo "SKIP: iperf3 is not installed"
+fi
+
 # --- 3b. librdmacm cannot be loaded: a logged fallback ----------------------
 # qpsock opens the RDMA libraries with dlopen when a connection could use
 # them; a broken one (here an empty file found first on LD_LIBRARY_PATH)
