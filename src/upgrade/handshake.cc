@@ -22,26 +22,28 @@ int verified_peer(int side_fd, const Hello& hello, uint64_t inode, pid_t& pid) {
   if (next::getsockopt(side_fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -errno;
   if (hello.magic != kHelloMagic || hello.version != kProtocolVersion) return -EPROTO;
   if (credentials.pid != hello.pid) return -EPERM;
-  if (!process_holds_socket(credentials.pid, inode)) return -EPERM;
+  const int likely_fd = static_cast<int>(hello.socket_fd_hint) - 1;
+  if (!process_holds_socket(credentials.pid, inode, likely_fd)) return -EPERM;
   pid = credentials.pid;
   return 0;
 }
 
-Hello our_hello(const Connection& connection, bool accepted) {
+Hello our_hello(const Connection& connection, int tcp_fd, bool accepted) {
   Hello hello{};
   hello.magic = kHelloMagic;
   hello.version = kProtocolVersion;
+  hello.socket_fd_hint = tcp_fd >= 0 ? static_cast<uint32_t>(tcp_fd) + 1 : 0;
   hello.pid = getpid();
   hello.accepted = accepted ? 1 : 0;
   hello.token = connection.expected_token();
   return hello;
 }
 
-int exchange_hellos(Connection& connection, int side_fd, uint64_t peer_socket_inode,
+int exchange_hellos(Connection& connection, int tcp_fd, int side_fd, uint64_t peer_socket_inode,
                     Deadline deadline, Hello& theirs, pid_t& peer_pid) {
   const bool initiator = connection.role() == config::Role::server;
   if (initiator) {
-    const Hello ours = our_hello(connection, true);
+    const Hello ours = our_hello(connection, tcp_fd, true);
     if (int error = send_exactly(side_fd, &ours, sizeof(ours), deadline); error < 0) return error;
   }
   if (int error = receive_exactly(side_fd, &theirs, sizeof(theirs), deadline); error < 0)
@@ -49,7 +51,7 @@ int exchange_hellos(Connection& connection, int side_fd, uint64_t peer_socket_in
   if (initiator && theirs.accepted != 1) return -ECONNREFUSED;
   const int verified = verified_peer(side_fd, theirs, peer_socket_inode, peer_pid);
   if (!initiator) {
-    const Hello ours = our_hello(connection, verified == 0);
+    const Hello ours = our_hello(connection, tcp_fd, verified == 0);
     if (int error = send_exactly(side_fd, &ours, sizeof(ours), deadline); error < 0) return error;
   }
   return verified;
@@ -71,7 +73,8 @@ int run_handshake(Connection& connection, int tcp_fd, int side_fd, uint64_t peer
                   Deadline deadline) {
   Hello theirs{};
   pid_t peer_pid = 0;
-  if (int error = exchange_hellos(connection, side_fd, peer_socket_inode, deadline, theirs, peer_pid);
+  if (int error = exchange_hellos(connection, tcp_fd, side_fd, peer_socket_inode, deadline, theirs,
+                                  peer_pid);
       error < 0)
     return error;
 

@@ -20,7 +20,10 @@ using BindingToken = std::array<uint8_t, 16>;
 struct Hello {
   uint64_t magic;
   uint32_t version;
-  uint32_t capabilities;  // reserved: 0
+  // The sender's fd number of its end of the TCP connection, plus one (0:
+  // not given): where the receiver looks first for the socket in
+  // /proc/PID/fd, before reading all of it (a JVM holds thousands of fds).
+  uint32_t socket_fd_hint;
   int32_t pid;            // checked against SO_PEERCRED
   int32_t accepted;       // client's answer: 1 upgrade, 0 declined (then the channel closes)
   BindingToken token;     // what the peer must write into TCP at its switch

@@ -134,14 +134,22 @@ int read_socket(const Connection& connection, int& tcp_fd, uint64_t socket_inode
   return -ENOTCONN;
 }
 
-bool process_holds_socket(pid_t pid, uint64_t inode) {
+bool process_holds_socket(pid_t pid, uint64_t inode, int likely_fd) {
+  char wanted[48];
+  const int wanted_length =
+      snprintf(wanted, sizeof(wanted), "socket:[%llu]", static_cast<unsigned long long>(inode));
+  if (likely_fd >= 0) {
+    char link_path[64];
+    snprintf(link_path, sizeof(link_path), "/proc/%d/fd/%d", static_cast<int>(pid), likely_fd);
+    char target[64];
+    const ssize_t length = readlink(link_path, target, sizeof(target));
+    if (length == wanted_length && memcmp(target, wanted, static_cast<size_t>(length)) == 0)
+      return true;
+  }
   char directory_path[64];
   snprintf(directory_path, sizeof(directory_path), "/proc/%d/fd", static_cast<int>(pid));
   DIR* directory = opendir(directory_path);
   if (directory == nullptr) return false;
-  char wanted[48];
-  const int wanted_length =
-      snprintf(wanted, sizeof(wanted), "socket:[%llu]", static_cast<unsigned long long>(inode));
   bool holds = false;
   while (dirent* entry = readdir(directory)) {
     if (entry->d_name[0] == '.') continue;

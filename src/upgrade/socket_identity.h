@@ -44,6 +44,8 @@ int read_socket(const Connection& connection, int& tcp_fd, uint64_t socket_inode
 
 // Whether process `pid` has socket `inode` open (one of /proc/PID/fd/* is
 // "socket:[inode]"). False when we may not look (another user's process).
-bool process_holds_socket(pid_t pid, uint64_t inode);
+// `likely_fd` (if not negative) is looked at first: one readlink instead of
+// the whole directory when the peer named its fd.
+bool process_holds_socket(pid_t pid, uint64_t inode, int likely_fd = -1);
 
 }  // namespace qpsock::upgrade

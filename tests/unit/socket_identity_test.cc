@@ -176,3 +176,32 @@ TEST(SocketIdentity, ASocketWithoutPeerReadsAsNotConnected) {
 
 }  // namespace
 }  // namespace qpsock::upgrade
+
+// The handshake's check that the peer process holds the connection's other
+// end: the fd the peer names is looked at first, and a wrong or missing name
+// still finds the socket by reading every fd.
+namespace qpsock::upgrade {
+namespace {
+
+TEST(ProcessHoldsSocket, TheNamedFdOrAnyFdOfTheProcessHoldsIt) {
+  TcpPair pair;
+  ASSERT_NO_FATAL_FAILURE(make_pair(pair, kFirstFd + 40));
+  const uint64_t inode = inode_of(pair.accepted.get());
+  EXPECT_TRUE(process_holds_socket(getpid(), inode, pair.accepted.get()));
+  EXPECT_TRUE(process_holds_socket(getpid(), inode, pair.connecting.get()));  // another socket's fd
+  EXPECT_TRUE(process_holds_socket(getpid(), inode, 1 << 20));               // no such fd
+  EXPECT_TRUE(process_holds_socket(getpid(), inode));
+}
+
+TEST(ProcessHoldsSocket, ASocketTheProcessDoesNotHoldIsNotFoundUnderAnyName) {
+  TcpPair pair;
+  ASSERT_NO_FATAL_FAILURE(make_pair(pair, kFirstFd + 44));
+  const uint64_t inode = inode_of(pair.accepted.get());
+  const int number = pair.accepted.get();
+  pair.accepted.reset();
+  EXPECT_FALSE(process_holds_socket(getpid(), inode, number));
+  EXPECT_FALSE(process_holds_socket(getpid(), inode));
+}
+
+}  // namespace
+}  // namespace qpsock::upgrade
