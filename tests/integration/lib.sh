@@ -468,6 +468,47 @@ assert_same_checksum() {
   fi
 }
 
+# make_served_files DIRECTORY LARGE_SIZE: files of 0 B, 1 B, 1 MiB and
+# LARGE_SIZE random bytes for a web server to serve; their names in FILES.
+make_served_files() {
+  local directory=$1 large_size=$2
+  mkdir -p "$directory"
+  : >"$directory/empty.bin"
+  random_file "$directory/one.bin" 1
+  random_file "$directory/mib.bin" 1M
+  random_file "$directory/large.bin" "$large_size"
+  FILES=(empty.bin one.bin mib.bin large.bin)
+}
+
+# download_at_once RUNNER TAG URL SERVED OUT FILE...: every download at once
+# under RUNNER, two curls per FILE (URL/FILE) and one curl fetching them all,
+# into OUT; each must exit 0 and each copy match SERVED/FILE by sha256.
+download_at_once() {
+  local runner=$1 tag=$2 url=$3 served=$4 out=$5 file copy job status
+  shift 5
+  local -a files=("$@") jobs=() all_arguments=()
+  local -a options=(--fail --silent --show-error --http1.1 --noproxy '*' --connect-timeout 10 --max-time 40)
+  for file in "${files[@]}"; do
+    for copy in 1 2; do
+      start_under "$runner" "curl.$tag.$file.$copy" curl "${options[@]}" -o "$out/$file.$copy" "$url/$file"
+      jobs+=("curl.$tag.$file.$copy")
+    done
+    all_arguments+=(-o "$out/$file.all" "$url/$file")
+  done
+  start_under "$runner" "curl.$tag.all" curl "${options[@]}" "${all_arguments[@]}"
+  jobs+=("curl.$tag.all")
+  for job in "${jobs[@]}"; do
+    status=0
+    wait_background "$job" || status=$?
+    assert_equal "${job%%.*} ${job#*."$tag".} ($runner)" 0 "$status"
+  done
+  for file in "${files[@]}"; do
+    for copy in 1 2 all; do
+      assert_same_checksum "GET $url/$file, copy $copy ($runner)" "$served/$file" "$out/$file.$copy"
+    done
+  done
+}
+
 # assert_equal DESCRIPTION EXPECTED ACTUAL
 assert_equal() {
   if [[ "$2" == "$3" ]]; then pass "$1: $3"; else fail "$1: got '$3', expected '$2'"; fi

@@ -11,16 +11,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 parse_runners "$@"
 require_tools curl nginx
 
-LARGE_SIZE=${LARGE_SIZE:-50M}
 SERVED=$TEST_TMP/served
-mkdir -p "$SERVED"
-: >"$SERVED/empty.bin"
-random_file "$SERVED/one.bin" 1
-random_file "$SERVED/mib.bin" 1M
-random_file "$SERVED/large.bin" "$LARGE_SIZE"
-FILES=(empty.bin one.bin mib.bin large.bin)
-
-CURL_OPTIONS=(--fail --silent --show-error --http1.1 --noproxy '*' --connect-timeout 10 --max-time 40)
+make_served_files "$SERVED" "${LARGE_SIZE:-50M}"
 
 # nginx_config PORT DIRECTORY: a configuration that keeps everything nginx
 # writes in DIRECTORY. As root its workers stay root, so that they read the
@@ -63,29 +55,7 @@ for runner in "${RUNNERS[@]}"; do
   fi
   assert_preload_state "nginx.$tag" "$runner"
 
-  jobs=()
-  for file in "${FILES[@]}"; do
-    for copy in 1 2; do
-      start_under "$runner" "curl.$tag.$file.$copy" curl "${CURL_OPTIONS[@]}" \
-        -o "$out/$file.$copy" "http://127.0.0.1:$port/$file"
-      jobs+=("curl.$tag.$file.$copy")
-    done
-  done
-  all_arguments=()
-  for file in "${FILES[@]}"; do all_arguments+=(-o "$out/$file.all" "http://127.0.0.1:$port/$file"); done
-  start_under "$runner" "curl.$tag.all" curl "${CURL_OPTIONS[@]}" "${all_arguments[@]}"
-  jobs+=("curl.$tag.all")
-
-  for job in "${jobs[@]}"; do
-    status=0
-    wait_background "$job" || status=$?
-    assert_equal "${job%%.*} ${job#*."$tag".} ($runner)" 0 "$status"
-  done
-  for file in "${FILES[@]}"; do
-    for copy in 1 2 all; do
-      assert_same_checksum "GET /$file from nginx, copy $copy ($runner)" "$SERVED/$file" "$out/$file.$copy"
-    done
-  done
+  download_at_once "$runner" "$tag" "http://127.0.0.1:$port" "$SERVED" "$out" "${FILES[@]}"
   if background_running "nginx.$tag"; then
     pass "nginx ($runner) still running after the downloads"
   else

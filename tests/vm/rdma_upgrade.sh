@@ -336,6 +336,24 @@ else
     fail "memlock: no RLIMIT_MEMLOCK line, or upgraded"; show "$LOG"/memlock.*.qplog
 fi
 
+# iperf_pair NAME PORT SECONDS: iperf3 -s (one test) and iperf3 -c -P 4 -J
+# for SECONDS, both under qpsock; output in $LOG/NAME.{server,client}.{out,qplog}.
+# Sets IPERF_CLIENT_STATUS and IPERF_SERVER_STATUS.
+iperf_pair() {
+    local name=$1 port=$2 seconds=$3 server_pid
+    local -a server_prefix client_prefix
+    read -ra server_prefix <<<"$(qpsock_prefix "$LOG/$name.server.qplog")"
+    read -ra client_prefix <<<"$(qpsock_prefix "$LOG/$name.client.qplog")"
+    start_bg "$LOG/$name.server.out" "${server_prefix[@]}" iperf3 -s -1 -B $SERVER_IP -p "$port"
+    server_pid=$BG
+    wait_listening "$port" 10
+    "${client_prefix[@]}" iperf3 -c $SERVER_IP -B $CLIENT_IP -p "$port" -P 4 -t "$seconds" -J \
+        >"$LOG/$name.client.out" 2>&1
+    IPERF_CLIENT_STATUS=$?
+    reap "$server_pid" 20
+    IPERF_SERVER_STATUS=$?
+}
+
 # --- 3a. RLIMIT_MEMLOCK used up by a process's connections -----------------
 # 5 MiB pins two connections' rings (about 2.1 MiB each), not five: iperf3
 # -P 4 (a control connection and four streams) upgrades some and keeps the
@@ -343,16 +361,8 @@ fi
 if command -v iperf3 >/dev/null; then
     (
         ulimit -l 5120 || exit 1
-        NOLOCK=1
-        read -ra sprefix <<<"$(qpsock_prefix "$LOG/memlock-used.server.qplog")"
-        read -ra cprefix <<<"$(qpsock_prefix "$LOG/memlock-used.client.qplog")"
-        start_bg "$LOG/memlock-used.server.out" "${sprefix[@]}" iperf3 -s -1 -B $SERVER_IP -p 5203
-        mspid=$BG
-        wait_listening 5203 10
-        "${cprefix[@]}" iperf3 -c $SERVER_IP -B $CLIENT_IP -p 5203 -P 4 -t 2 -J >"$LOG/memlock-used.client.out" 2>&1
-        mcrc=$?
-        reap "$mspid" 20; msrc=$?
-        exit $((mcrc || msrc))
+        NOLOCK=1 iperf_pair memlock-used 5203 2
+        exit $((IPERF_CLIENT_STATUS || IPERF_SERVER_STATUS))
     )
     status=$?
     received=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"]))' \
@@ -386,14 +396,8 @@ fi
 # --- 4. iperf3 -P 4 over RDMA ------------------------------------------------
 if command -v iperf3 >/dev/null; then
     snapshot before
-    read -ra sprefix <<<"$(qpsock_prefix "$LOG/iperf.server.qplog")"
-    read -ra cprefix <<<"$(qpsock_prefix "$LOG/iperf.client.qplog")"
-    start_bg "$LOG/iperf.server.out" "${sprefix[@]}" iperf3 -s -1 -B $SERVER_IP -p 5201
-    ispid=$BG
-    wait_listening 5201 10
-    "${cprefix[@]}" iperf3 -c $SERVER_IP -B $CLIENT_IP -p 5201 -P 4 -t 3 -J >"$LOG/iperf.client.out" 2>&1
-    icrc=$?
-    reap "$ispid" 20; isrc=$?
+    iperf_pair iperf 5201 3
+    icrc=$IPERF_CLIENT_STATUS isrc=$IPERF_SERVER_STATUS
     snapshot after
     ups=$(upgraded_in "$LOG/iperf.server.qplog")
     received=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"]))' \
