@@ -36,7 +36,8 @@ void capture_startup_settings() {
 }
 
 const char* startup_setting(const char* name) {
-  if (!captured.load(std::memory_order_acquire)) return getenv(name);
+  if (const char* live = getenv(name); live != nullptr) return live;
+  if (!captured.load(std::memory_order_acquire)) return nullptr;
   size_t length = strlen(name);
   for (size_t index = 0; index < assignment_count; ++index) {
     const char* assignment = assignments[index];

@@ -1,8 +1,10 @@
-// The QPSOCK_* variables this process started with. qpsock reads its settings
-// from this copy, taken when the library loads, not from the live environment:
-// programs rewrite their own environment before their first socket (nginx's
-// workers keep only TZ, daemons call clearenv()), and the settings the user
-// gave must still apply there, as they do in every program it executes.
+// The QPSOCK_* variables this process started with, copied when the library
+// loads. qpsock reads a setting from the live environment at first use and,
+// when the program has removed it by then, from this copy: programs rewrite
+// their own environment before their first socket (nginx's workers keep only
+// TZ, daemons call clearenv()), and the settings the user gave must still
+// apply there, as they do in every program it executes. A value the program
+// sets itself before its first socket is taken as it is.
 #pragma once
 
 #include <cstddef>
@@ -13,9 +15,8 @@ namespace qpsock {
 // at load (tests call it again after changing their environment).
 void capture_startup_settings();
 
-// The value NAME (e.g. "QPSOCK_CONF") had at load, or null. Before the copy
-// is taken (another library's constructor opening a socket before ours ran)
-// the live environment answers.
+// The value of NAME (e.g. "QPSOCK_CONF"): the live environment's, else the
+// one it had at load, else null.
 const char* startup_setting(const char* name);
 
 // The copied "NAME=value" strings, for handing on to executed programs.

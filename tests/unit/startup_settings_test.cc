@@ -1,5 +1,5 @@
-// qpsock's settings are the QPSOCK_* variables the process started with, not
-// whatever its environment holds by the time of its first socket.
+// qpsock's settings: the live environment's QPSOCK_* variables, and the ones
+// the process started with where it has removed them since.
 #include "common/startup_settings.h"
 
 #include <gtest/gtest.h>
@@ -27,14 +27,20 @@ class StartupSettingsTest : public ::testing::Test {
 
 TEST_F(StartupSettingsTest, ASettingOutlivesTheProgramClearingItsEnvironment) {
   unsetenv("QPSOCK_SAME_HOST");
-  setenv("QPSOCK_LOG_FILE", "/tmp/changed.log", 1);
   ASSERT_NE(startup_setting("QPSOCK_SAME_HOST"), nullptr);
   EXPECT_STREQ(startup_setting("QPSOCK_SAME_HOST"), "kernel");
+  unsetenv("QPSOCK_LOG_FILE");
   EXPECT_STREQ(startup_setting("QPSOCK_LOG_FILE"), "/tmp/startup.log");
 }
 
-TEST_F(StartupSettingsTest, AVariableSetLaterIsNotASetting) {
+TEST_F(StartupSettingsTest, AValueTheProgramSetsItselfIsTakenAsItIs) {
+  setenv("QPSOCK_LOG_FILE", "/tmp/changed.log", 1);
   setenv("QPSOCK_SPIN_TIME", "1s", 1);
+  EXPECT_STREQ(startup_setting("QPSOCK_LOG_FILE"), "/tmp/changed.log");
+  EXPECT_STREQ(startup_setting("QPSOCK_SPIN_TIME"), "1s");
+}
+
+TEST_F(StartupSettingsTest, AVariableNeverSetIsNotASetting) {
   EXPECT_EQ(startup_setting("QPSOCK_SPIN_TIME"), nullptr);
 }
 
