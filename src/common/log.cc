@@ -17,9 +17,9 @@ namespace {
 
 constexpr int kUnset = -1;
 std::atomic<int> current_level{kUnset};
-// The log file's path, copied once (before the startup settings are taken it
-// comes from getenv, whose storage may change under us) by the first thread
-// to log, and published when complete.
+// The log file's path, copied once (the program's environment, where it may
+// come from, can change under us) by the first thread to log, and published
+// when complete.
 std::atomic<bool> log_file_claimed{false};
 char log_file_storage[512];
 std::atomic<const char*> log_file{nullptr};

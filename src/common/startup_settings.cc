@@ -19,13 +19,20 @@ char* assignments[kMaximumSettings];
 size_t assignment_count = 0;
 std::atomic<bool> captured{false};
 
+// Whether "NAME=value" assigns `name`.
+bool assigns(const char* assignment, const char* name) {
+  const size_t length = strlen(name);
+  return strncmp(assignment, name, length) == 0 && assignment[length] == '=';
+}
+
 }  // namespace
 
-void capture_startup_settings() {
+void capture_startup_settings(const char* not_a_setting) {
   size_t used = 0;
   size_t count = 0;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     if (strncmp(*entry, "QPSOCK_", 7) != 0) continue;
+    if (not_a_setting != nullptr && assigns(*entry, not_a_setting)) continue;
     size_t length = strlen(*entry) + 1;
     if (count == kMaximumSettings || used + length > kStorageCapacity) break;
     assignments[count++] = static_cast<char*>(memcpy(storage + used, *entry, length));
@@ -38,12 +45,8 @@ void capture_startup_settings() {
 const char* startup_setting(const char* name) {
   if (const char* live = getenv(name); live != nullptr) return live;
   if (!captured.load(std::memory_order_acquire)) return nullptr;
-  size_t length = strlen(name);
   for (size_t index = 0; index < assignment_count; ++index) {
-    const char* assignment = assignments[index];
-    if (strncmp(assignment, name, length) == 0 && assignment[length] == '=') {
-      return assignment + length + 1;
-    }
+    if (assigns(assignments[index], name)) return assignments[index] + strlen(name) + 1;
   }
   return nullptr;
 }

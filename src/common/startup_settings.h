@@ -11,9 +11,11 @@
 
 namespace qpsock {
 
-// Copies every QPSOCK_* assignment of environ into fixed storage; called once
-// at load (tests call it again after changing their environment).
-void capture_startup_settings();
+// Copies every QPSOCK_* assignment of environ into fixed storage, except the
+// variable `not_a_setting` names (QPSOCK_INHERITED_STREAMS: a process's own
+// inherited sockets, which each exec names anew); called once at load (tests
+// call it again after changing their environment).
+void capture_startup_settings(const char* not_a_setting = nullptr);
 
 // The value of NAME (e.g. "QPSOCK_CONF"): the live environment's, else the
 // one it had at load, else null.

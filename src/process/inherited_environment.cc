@@ -82,7 +82,7 @@ void capture_inherited_environment() {
       info.dli_fname != nullptr && strlen(info.dli_fname) < sizeof(library_path)) {
     strcpy(library_path, info.dli_fname);
   }
-  capture_startup_settings();
+  capture_startup_settings(upgrade::kInheritedStreamsName);
 }
 
 InheritedEnvironment::InheritedEnvironment(char* const* envp, const char* inherited_streams)
@@ -93,8 +93,7 @@ InheritedEnvironment::InheritedEnvironment(char* const* envp, const char* inheri
                      (preload == nullptr || !preload_lists_library(preload + kPreloadPrefixLength));
   size_t missing_settings = 0;
   for (size_t index = 0; index < startup_setting_count(); ++index) {
-    const char* setting = startup_setting_assignment(index);
-    if (!is_inherited_streams(setting) && !has_variable(envp, setting)) ++missing_settings;
+    if (!has_variable(envp, startup_setting_assignment(index))) ++missing_settings;
   }
   bool stale_streams = false;
   for (char* const* entry = envp; entry != nullptr && *entry != nullptr; ++entry)
@@ -135,7 +134,7 @@ InheritedEnvironment::InheritedEnvironment(char* const* envp, const char* inheri
   }
   for (size_t index = 0; index < startup_setting_count(); ++index) {
     char* setting = startup_setting_assignment(index);
-    if (!is_inherited_streams(setting) && !has_variable(envp, setting)) copy[out++] = setting;
+    if (!has_variable(envp, setting)) copy[out++] = setting;
   }
   if (inherited_streams != nullptr) copy[out++] = const_cast<char*>(inherited_streams);
   copy[out] = nullptr;

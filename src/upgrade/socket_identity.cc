@@ -138,13 +138,14 @@ bool process_holds_socket(pid_t pid, uint64_t inode, int likely_fd) {
   char wanted[48];
   const int wanted_length =
       snprintf(wanted, sizeof(wanted), "socket:[%llu]", static_cast<unsigned long long>(inode));
+  const auto is_wanted = [&](const char* target, ssize_t length) {
+    return length == wanted_length && memcmp(target, wanted, static_cast<size_t>(length)) == 0;
+  };
   if (likely_fd >= 0) {
     char link_path[64];
     snprintf(link_path, sizeof(link_path), "/proc/%d/fd/%d", static_cast<int>(pid), likely_fd);
     char target[64];
-    const ssize_t length = readlink(link_path, target, sizeof(target));
-    if (length == wanted_length && memcmp(target, wanted, static_cast<size_t>(length)) == 0)
-      return true;
+    if (is_wanted(target, readlink(link_path, target, sizeof(target)))) return true;
   }
   char directory_path[64];
   snprintf(directory_path, sizeof(directory_path), "/proc/%d/fd", static_cast<int>(pid));
@@ -154,8 +155,7 @@ bool process_holds_socket(pid_t pid, uint64_t inode, int likely_fd) {
   while (dirent* entry = readdir(directory)) {
     if (entry->d_name[0] == '.') continue;
     char target[64];
-    const ssize_t length = readlinkat(dirfd(directory), entry->d_name, target, sizeof(target));
-    if (length == wanted_length && memcmp(target, wanted, static_cast<size_t>(length)) == 0) {
+    if (is_wanted(target, readlinkat(dirfd(directory), entry->d_name, target, sizeof(target)))) {
       holds = true;
       break;
     }
