@@ -212,29 +212,32 @@ static void count_signal(int number) {
   signals_taken = signals_taken + 1;
 }
 
-/* BULK_EXCHANGE_SIGNALS: 1 if the storm is on, 0 if not asked for. */
-static int signal_storm(int on) {
+/* BULK_EXCHANGE_SIGNALS: starts the interval timer; 1 if asked for, else 0. */
+static int start_signal_storm(void) {
   const char* text = getenv("BULK_EXCHANGE_SIGNALS");
   if (text == NULL || *text == '\0') return 0;
-  long interval = on ? parse_number(text, "BULK_EXCHANGE_SIGNALS") : 0;
-  if (interval < 0 || interval > 999999) die("BULK_EXCHANGE_SIGNALS: 1 to 999999 microseconds");
-  if (on) {
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_handler = count_signal; /* no SA_RESTART */
-    sigemptyset(&action.sa_mask);
-    if (sigaction(SIGALRM, &action, NULL) != 0) die("sigaction:");
-  }
+  long interval = parse_number(text, "BULK_EXCHANGE_SIGNALS");
+  if (interval < 1 || interval > 999999) die("BULK_EXCHANGE_SIGNALS: 1 to 999999 microseconds");
+  struct sigaction action;
+  memset(&action, 0, sizeof(action));
+  action.sa_handler = count_signal; /* no SA_RESTART */
+  sigemptyset(&action.sa_mask);
+  if (sigaction(SIGALRM, &action, NULL) != 0) die("sigaction:");
   struct itimerval every = {{0, interval}, {0, interval}};
   if (setitimer(ITIMER_REAL, &every, NULL) != 0) die("setitimer:");
   return 1;
+}
+
+static void stop_signal_storm(void) {
+  struct itimerval never = {{0, 0}, {0, 0}};
+  if (setitimer(ITIMER_REAL, &never, NULL) != 0) die("setitimer:");
 }
 
 static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive_seed) {
   struct direction out = {fd, bytes, send_seed, send_seed * 7 + 1, 0, 0};
   struct direction in = {fd, bytes, receive_seed, receive_seed * 13 + 5, 0, 0};
   pthread_t writer, reader;
-  const int storm = signal_storm(1);
+  const int storm = start_signal_storm();
   if (pthread_create(&writer, NULL, write_direction, &out) != 0 ||
       pthread_create(&reader, NULL, read_direction, &in) != 0) {
     fprintf(stderr, "bulk_exchange: pthread_create failed\n");
@@ -245,7 +248,7 @@ static int exchange(int fd, uint64_t bytes, uint64_t send_seed, uint64_t receive
   pthread_join(writer, NULL);
   pthread_join(reader, NULL);
   if (storm) {
-    signal_storm(0);
+    stop_signal_storm();
     fprintf(stderr, "bulk_exchange: %ld signals taken while the data moved\n", (long)signals_taken);
   }
   if (!out.failed && !in.failed) hold_until_released();
