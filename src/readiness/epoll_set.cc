@@ -64,8 +64,10 @@ EpollSet::Watch* EpollSet::find_locked(int fd) {
 
 int EpollSet::add(int fd, const epoll_event& event, std::shared_ptr<upgrade::Connection> connection,
                   std::shared_ptr<EpollSet> nested) {
-  std::lock_guard lock(mutex_);
+  // Made before the lock, so that a registration the kernel refuses lets the
+  // connection go after it.
   auto watch = std::make_unique<Watch>();
+  SetLock lock(*this);
   watch->id = next_id_++;
   watch->fd = fd;
   watch->events = event.events;
@@ -91,7 +93,7 @@ int EpollSet::add(int fd, const epoll_event& event, std::shared_ptr<upgrade::Con
 }
 
 bool EpollSet::modify(int fd, const epoll_event& event, int& result) {
-  std::lock_guard lock(mutex_);
+  SetLock lock(*this);
   Watch* watch = find_locked(fd);
   if (watch == nullptr) return false;
   if (watch->converted) {
@@ -129,7 +131,7 @@ bool EpollSet::modify(int fd, const epoll_event& event, int& result) {
 }
 
 bool EpollSet::remove(int fd, int& result) {
-  std::lock_guard lock(mutex_);
+  SetLock lock(*this);
   Watch* watch = find_locked(fd);
   if (watch == nullptr) return false;
   // A converted registration is ours; unconvert takes it out.
@@ -139,7 +141,7 @@ bool EpollSet::remove(int fd, int& result) {
 }
 
 void EpollSet::fd_closing(int fd) {
-  std::lock_guard lock(mutex_);
+  SetLock lock(*this);
   Watch* watch = find_locked(fd);
   if (watch == nullptr) return;
   // The kernel keeps a registration while another fd holds the same socket
@@ -157,6 +159,7 @@ void EpollSet::erase_locked(Watch& watch, bool closing) {
   if (watch.connection != nullptr && !watch.converted) --pending_;
   for (auto it = watches_.begin(); it != watches_.end(); ++it) {
     if (it->get() == &watch) {
+      retired_.push_back(std::move(*it));
       watches_.erase(it);
       watch_count_.store(watches_.size(), std::memory_order_release);
       return;
@@ -256,7 +259,7 @@ void EpollSet::convert_upgraded_locked() {
 }
 
 bool EpollSet::active() {
-  std::lock_guard lock(mutex_);
+  SetLock lock(*this);
   // A nested set is registered with a cookie: its events need translating.
   return pending_ + converted_ + nested_ > 0;
 }
@@ -377,7 +380,7 @@ int EpollSet::wait(epoll_event* events, int capacity, const timespec* timeout,
     bool armed = false;
     uint64_t round = 0;
     {
-      std::lock_guard lock(mutex_);
+      SetLock lock(*this);
       round = ++rounds_;
       count = collect_locked(events, capacity, round);
       if (count == 0) {
@@ -395,7 +398,7 @@ int EpollSet::wait(epoll_event* events, int capacity, const timespec* timeout,
       polled = next::epoll_pwait(epoll_fd_, events + count, capacity - count, kernel_timeout, mask);
       if (polled < 0) wait_error = errno;
     }
-    std::lock_guard lock(mutex_);
+    SetLock lock(*this);
     if (armed) disarm_locked();
     if (polled < 0) {
       if (count > 0) return count;
@@ -422,7 +425,7 @@ int EpollSet::take_cookies(epoll_event* events, int count, int capacity) {
   bool ours = false;
   for (int index = 0; index < count && !ours; ++index) ours = is_cookie(events[index].data.u64);
   if (!ours) return count;
-  std::lock_guard lock(mutex_);
+  SetLock lock(*this);
   int kept = 0;
   for (int index = 0; index < count; ++index) {
     if (is_cookie(events[index].data.u64)) {
@@ -435,7 +438,7 @@ int EpollSet::take_cookies(epoll_event* events, int count, int capacity) {
 }
 
 bool EpollSet::prepare_outer_sleep() {
-  std::lock_guard lock(mutex_);
+  SetLock lock(*this);
   convert_upgraded_locked();
   // Armed before looking, as in wait().
   arm_locked();
@@ -455,7 +458,7 @@ bool EpollSet::prepare_outer_sleep() {
 }
 
 void EpollSet::finish_outer_sleep() {
-  std::lock_guard lock(mutex_);
+  SetLock lock(*this);
   disarm_locked();
 }
 

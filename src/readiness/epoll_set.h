@@ -92,9 +92,29 @@ class EpollSet {
     uint64_t reported_round = 0;       // reported by this wait already
   };
 
+  // The set's lock. A watch erased under it goes only once it is let go:
+  // the last reference to a connection tears its transport down, which
+  // closes fds through qpsock's own close (libibverbs closes its completion
+  // channel with close(2)), and that close looks in the epoll sets again.
+  class SetLock {
+   public:
+    explicit SetLock(EpollSet& set) : set_(set) { set_.mutex_.lock(); }
+    ~SetLock() {
+      std::vector<std::unique_ptr<Watch>> retired = std::move(set_.retired_);
+      set_.retired_.clear();
+      set_.mutex_.unlock();
+    }
+    SetLock(const SetLock&) = delete;
+    SetLock& operator=(const SetLock&) = delete;
+
+   private:
+    EpollSet& set_;
+  };
+
   Watch* find_locked(int fd);
   // `closing`: the application closed the fd, which leaves the kernel's
-  // registration to the socket's other fds (and to a parent process).
+  // registration to the socket's other fds (and to a parent process). The
+  // watch goes when the SetLock is let go.
   void erase_locked(Watch& watch, bool closing = false);
   // Converts the watches whose stream has been installed since we looked.
   void convert_upgraded_locked();
@@ -126,6 +146,7 @@ class EpollSet {
   std::atomic<size_t> watch_count_{0};
   std::mutex mutex_;
   std::vector<std::unique_ptr<Watch>> watches_;
+  std::vector<std::unique_ptr<Watch>> retired_;  // erased under the lock, freed after it
   uint64_t next_id_ = 1;
   uint64_t rounds_ = 0;
   uint64_t installations_seen_ = 0;

@@ -11,6 +11,7 @@
 #include "sockets/connection_policy.h"
 #include "sockets/fd_table.h"
 #include "libc/next_symbols.h"
+#include "libc/own_library_calls.h"
 #include "readiness/upgraded_epoll.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/socket_upgrade.h"
@@ -104,6 +105,9 @@ int connect(int fd, const sockaddr* address, socklen_t length) {
 }
 
 int close(int fd) {
+  // libibverbs and librdmacm closing their own channels (never a socket of
+  // the program's), maybe from a connection's teardown.
+  if (libc::inside_own_library_call) [[unlikely]] return next::close(fd);
   // Forget first: until the kernel closes the fd no other socket can take its
   // number, so the record can never be cleared from under a new socket.
   record_fd_close(fd);

@@ -8,12 +8,16 @@
 
 #include <memory>
 
+#include "libc/own_library_calls.h"
 #include "transport/verbs/verbs_library.h"
 
 namespace qpsock::transport::verbs {
 
+// The two channels are fds the libraries close with close(2): qpsock's own,
+// which need not look for them among the program's sockets.
 struct EventChannelDeleter {
   void operator()(rdma_event_channel* channel) const {
+    libc::OwnLibraryCall own_call;
     verbs_library().rdma_destroy_event_channel(channel);
   }
 };
@@ -41,6 +45,7 @@ using ProtectionDomain = std::shared_ptr<ibv_pd>;
 
 struct CompletionChannelDeleter {
   void operator()(ibv_comp_channel* channel) const {
+    libc::OwnLibraryCall own_call;
     verbs_library().ibv_destroy_comp_channel(channel);
   }
 };
