@@ -24,7 +24,8 @@
 # RDMA writes; a writer killed mid-stream (EOF, as over TCP, also in the
 # middle of a rendezvous); curl --interface (IP_BIND_ADDRESS_NO_PORT) against
 # python's http.server and against nginx (its workers rewrite their
-# environment); Java's blocking and NIO echo servers with 16 clients.
+# environment), and ab -k against nginx (kept-alive connections closed while
+# still in epoll sets); Java's blocking and NIO echo servers with 16 clients.
 set -uo pipefail
 here=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -657,8 +658,30 @@ CONFIG
         ups=$((ups + $(upgraded_in "$LOG/curl-nginx.$mib.qplog")))
     done
     snapshot after
-    kill "$ngpid" 2>/dev/null; reap "$ngpid" 10
     server_ups=$(upgraded_in "$LOG/nginx.qplog")
+    # ab with keep-alive: its 8 connections upgrade during the run, and it
+    # closes them at exit still registered in its epoll set (nginx's workers
+    # close theirs so too). The set then held each connection's last
+    # reference, whose teardown closed libibverbs' channel through qpsock's
+    # close: ab hung there, deadlocked on itself, before 9c1e50e.
+    if command -v ab >/dev/null; then
+        head -c 1000 /dev/urandom >"$LOG/www/small.bin"
+        read -ra aprefix <<<"$(qpsock_prefix "$LOG/ab.qplog")"
+        abstart=$(now_ms)
+        status=0
+        timeout -k 5 90 "${aprefix[@]}" ab -q -k -B $CLIENT_IP -n 3000 -c 8 \
+            "http://$SERVER_IP:5602/small.bin" >"$LOG/ab.out" 2>&1 || status=$?
+        abtime=$(( $(now_ms) - abstart ))
+        abups=$(upgraded_in "$LOG/ab.qplog")
+        if ((status == 0 && abups >= 1)) && grep -q "^Complete requests: *3000$" "$LOG/ab.out" &&
+            grep -q "^Failed requests: *0$" "$LOG/ab.out"; then
+            pass "ab -k against nginx: 3000 requests on 8 kept-alive connections, none failed, $abups upgraded, and ab exited (in $abtime ms)"
+        else
+            fail "ab -k against nginx: exit $status after $abtime ms, $abups connections upgraded"
+            show "$LOG/ab.out" "$LOG/ab.qplog"
+        fi
+    fi
+    kill "$ngpid" 2>/dev/null; reap "$ngpid" 10
     sent=$(( $(delta before after rxe0_sent) + $(delta before after rxe1_sent) )) lo=$(delta before after lo_tx)
     # A quarter of the payload at a 1 KiB MTU is payload / 4096 packets.
     if ((ok && ups == ${#files[@]} && server_ups == ${#files[@]} && sent > payload / 4096)); then
