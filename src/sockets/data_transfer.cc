@@ -67,9 +67,13 @@ bool message_array_refused(const mmsghdr* messages, unsigned int count) {
   return true;
 }
 
-// sendfile/splice through a Connection: copied through a bounded buffer,
-// so a switched stream never meets bytes the kernel moved on its own.
+// sendfile/splice through a Connection whose sending has switched: copied
+// through a bounded buffer into the stream.
 constexpr size_t kCopyChunk = 64 << 10;
+// Before the switch the kernel's own call moves the bytes (zero-copy), at
+// most this many at a time: the switch waits for a TCP write in flight to
+// end, and a blocking sendfile of a whole large file would keep it on TCP.
+constexpr size_t kKernelSendLimit = 1 << 20;
 
 ssize_t copy_into_connection(upgrade::Connection& connection, int out_fd, int in_fd,
                              off64_t* offset, size_t count) {
@@ -270,6 +274,10 @@ int recvmmsg(int fd, mmsghdr* messages, unsigned int count, int flags, timespec*
 
 ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
   if (auto connection = upgrade::connection_for_io(out_fd)) {
+    if (const auto sent = connection->send_by_kernel(out_fd, [&] {
+          return next::sendfile(out_fd, in_fd, offset, std::min(count, kKernelSendLimit));
+        }))
+      return *sent;
     off64_t position = offset != nullptr ? *offset : 0;
     const ssize_t sent =
         copy_into_connection(*connection, out_fd, in_fd, offset ? &position : nullptr, count);
@@ -280,15 +288,26 @@ ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
 }
 
 ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
-  if (auto connection = upgrade::connection_for_io(out_fd))
+  if (auto connection = upgrade::connection_for_io(out_fd)) {
+    if (const auto sent = connection->send_by_kernel(out_fd, [&] {
+          return next::sendfile64(out_fd, in_fd, offset, std::min(count, kKernelSendLimit));
+        }))
+      return *sent;
     return copy_into_connection(*connection, out_fd, in_fd, offset, count);
+  }
   return count_sent(out_fd, next::sendfile64(out_fd, in_fd, offset, count));
 }
 
 ssize_t splice(int in_fd, loff_t* in_offset, int out_fd, loff_t* out_offset, size_t count,
                unsigned int flags) {
-  if (auto connection = upgrade::connection_for_io(out_fd))
+  if (auto connection = upgrade::connection_for_io(out_fd)) {
+    if (const auto sent = connection->send_by_kernel(out_fd, [&] {
+          return next::splice(in_fd, in_offset, out_fd, out_offset,
+                              std::min(count, kKernelSendLimit), flags);
+        }))
+      return *sent;
     return copy_into_connection(*connection, out_fd, in_fd, in_offset, count);
+  }
   if (auto connection = upgrade::connection_for_io(in_fd)) {
     std::vector<char> buffer(std::min(count, kCopyChunk));
     // Never take more than the pipe can hold at once, so nothing read is lost.

@@ -22,10 +22,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 
 #include "config/rule.h"
 #include "stats/connection_stats.h"
+#include "stream/function_ref.h"
 #include "stream/stream.h"
 #include "upgrade/handshake_messages.h"
 
@@ -84,6 +86,11 @@ class Connection {
   // The data path: results as the socket calls give them (count, or -1 with errno).
   ssize_t send(int fd, std::span<const iovec> data, int flags);
   ssize_t receive(int fd, std::span<const iovec> buffers, int flags);
+  // sendfile or splice into the socket: `kernel_send` (the kernel's own
+  // call, which moves file bytes without copying them) while the sending
+  // direction is on TCP, counted as any TCP write; nullopt once it has
+  // switched (the caller copies the bytes into the stream).
+  std::optional<ssize_t> send_by_kernel(int fd, stream::FunctionRef<ssize_t()> kernel_send);
 
   bool switched() const { return sending_switched() || receiving_switched(); }
   bool sending_switched() const { return send_switched_.load(std::memory_order_acquire); }
@@ -142,6 +149,12 @@ class Connection {
 
  private:
   ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
+  // The application's write on TCP, with the send gate held so that the
+  // switch never falls inside it and tcp_sent_ is exact: `kernel_send`'s
+  // result, or nullopt if the direction switched first.
+  std::optional<ssize_t> send_through_gate(stream::FunctionRef<ssize_t()> kernel_send);
+  // What send and send_by_kernel do first: the peer's Hello, the switch.
+  void prepare_to_send(int fd);
   // The kernel's SO_RCVLOWAT for the socket, given to the stream.
   static void copy_receive_low_water(int tcp_fd, stream::Stream& stream);
   // Just declined: the reason kept, the path reported.

@@ -78,23 +78,45 @@ ssize_t Connection::send(int fd, std::span<const iovec> data, int flags) {
     errno = refuse_inherited_call(fd);
     return -1;
   }
-  if (!sending_switched()) {
-    if (peer_hello_awaited_.load(std::memory_order_acquire) && stream() != nullptr)
-      look_for_peer_hello();
-    if (send_switch_allowed_.load(std::memory_order_acquire)) try_switch_sending(fd);
-  }
+  prepare_to_send(fd);
   if (sending_switched()) return send_over_stream(fd, data, flags, call_blocking(fd, flags, CallDirection::send));
   return send_over_tcp(fd, data, flags);
 }
 
+void Connection::prepare_to_send(int fd) {
+  if (sending_switched()) return;
+  if (peer_hello_awaited_.load(std::memory_order_acquire) && stream() != nullptr)
+    look_for_peer_hello();
+  if (send_switch_allowed_.load(std::memory_order_acquire)) try_switch_sending(fd);
+}
+
+std::optional<ssize_t> Connection::send_by_kernel(int fd, stream::FunctionRef<ssize_t()> kernel_send) {
+  if (inherited_stream()) {
+    errno = refuse_inherited_call(fd);
+    return -1;
+  }
+  prepare_to_send(fd);
+  if (sending_switched()) return std::nullopt;
+  return send_through_gate(kernel_send);
+}
+
 ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags) {
+  msghdr message{};
+  message.msg_iov = const_cast<iovec*>(data.data());
+  message.msg_iovlen = data.size();
+  if (const auto sent = send_through_gate([&] { return next::sendmsg(fd, &message, flags); }))
+    return *sent;
+  return send_over_stream(fd, data, flags, call_blocking(fd, flags, CallDirection::send));
+}
+
+std::optional<ssize_t> Connection::send_through_gate(stream::FunctionRef<ssize_t()> kernel_send) {
   uint32_t gate = send_gate_.load(std::memory_order_acquire);
   for (;;) {
     if ((gate & kGateClosed) != 0) {
       // A switch is under way (it takes microseconds): its result decides.
       while (!sending_switched() && (send_gate_.load() & kGateClosed) != 0)
         std::this_thread::yield();
-      if (sending_switched()) return send_over_stream(fd, data, flags, call_blocking(fd, flags, CallDirection::send));
+      if (sending_switched()) return std::nullopt;
       gate = send_gate_.load(std::memory_order_acquire);
       continue;
     }
@@ -107,10 +129,7 @@ ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags
     errno = error;
     return -1;
   }
-  msghdr message{};
-  message.msg_iov = const_cast<iovec*>(data.data());
-  message.msg_iovlen = data.size();
-  const ssize_t sent = next::sendmsg(fd, &message, flags);
+  const ssize_t sent = kernel_send();
   const int saved_errno = errno;
   if (sent < 0) application_saw_tcp_error(saved_errno);
   if (sent > 0) tcp_sent_.fetch_add(static_cast<uint64_t>(sent), std::memory_order_relaxed);
