@@ -2,8 +2,13 @@
 
 #include <netinet/in.h>
 
+#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <new>
+#include <optional>
 
 #include "common/unique_fd.h"
 #include "libc/next_symbols.h"
@@ -13,6 +18,64 @@ namespace {
 
 socklen_t length_of(const sockaddr_storage& address) {
   return address.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+// The kernel's answer to is_local_address for the last few destinations,
+// for a second: a client connects to the same few servers again and again,
+// and the probe is three system calls (a socket made, bound and closed) in
+// every connect(). An address added or removed meanwhile is seen up to a
+// second late: the connection then offers the other path and stays on TCP.
+class LocalityCache {
+ public:
+  std::optional<bool> find(const sockaddr_storage& address) {
+    // connect() may come from a signal handler that interrupted this very
+    // lookup: then it probes rather than waits.
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return std::nullopt;
+    const auto now = Clock::now();
+    for (const Entry& entry : entries_)
+      if (entry.used && now - entry.checked < kLifetime && same_host_address(entry.address, address))
+        return entry.local;
+    return std::nullopt;
+  }
+  void remember(const sockaddr_storage& address, bool local) {
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    entries_[next_] = {address, local, Clock::now(), true};
+    next_ = (next_ + 1) % entries_.size();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kLifetime{1};
+  struct Entry {
+    sockaddr_storage address{};
+    bool local = false;
+    Clock::time_point checked{};
+    bool used = false;
+  };
+  // Family, address and IPv6 scope: the port is 0 in both.
+  static bool same_host_address(const sockaddr_storage& left, const sockaddr_storage& right) {
+    if (left.ss_family != right.ss_family) return false;
+    if (left.ss_family == AF_INET)
+      return reinterpret_cast<const sockaddr_in&>(left).sin_addr.s_addr ==
+             reinterpret_cast<const sockaddr_in&>(right).sin_addr.s_addr;
+    const auto& left6 = reinterpret_cast<const sockaddr_in6&>(left);
+    const auto& right6 = reinterpret_cast<const sockaddr_in6&>(right);
+    return memcmp(&left6.sin6_addr, &right6.sin6_addr, sizeof(left6.sin6_addr)) == 0 &&
+           left6.sin6_scope_id == right6.sin6_scope_id;
+  }
+
+  std::mutex mutex_;
+  std::array<Entry, 8> entries_{};
+  size_t next_ = 0;
+};
+
+LocalityCache& locality_cache() {
+  // Never destroyed: connect() may come from exit handlers after static destructors.
+  alignas(LocalityCache) static unsigned char storage[sizeof(LocalityCache)];
+  static LocalityCache* instance = ::new (storage) LocalityCache;
+  return *instance;
 }
 
 // ::ffff:a.b.c.d becomes a.b.c.d, with the same port.
@@ -116,9 +179,13 @@ bool is_local_address(const sockaddr* address, socklen_t length) {
   sockaddr_storage local{};
   if (copy_inet(address, length, local) < 0) return false;
   set_port(local, 0);
+  if (const std::optional<bool> known = locality_cache().find(local)) return *known;
   UniqueFd probe(next::socket(local.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  return probe.valid() &&
-         next::bind(probe.get(), reinterpret_cast<const sockaddr*>(&local), length_of(local)) == 0;
+  if (!probe.valid()) return false;
+  const bool is_local =
+      next::bind(probe.get(), reinterpret_cast<const sockaddr*>(&local), length_of(local)) == 0;
+  locality_cache().remember(local, is_local);
+  return is_local;
 }
 
 int client_meeting_address(int tcp_fd, const sockaddr* destination, socklen_t length,

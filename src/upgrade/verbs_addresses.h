@@ -15,7 +15,7 @@ namespace qpsock::upgrade {
 
 // Whether `address` is one of this host's own (a peer there is on this
 // host). Asked of the kernel by binding a datagram socket to it, which
-// succeeds only for a local address.
+// succeeds only for a local address; the answer is kept for a second.
 bool is_local_address(const sockaddr* address, socklen_t length);
 
 // A client, just before its connect() to `destination`: the address its
