@@ -55,6 +55,7 @@ class ConfigBuilder {
   void set_tunable(const TunableDescription& tunable, std::string_view value,
                    TunableOrigin origin);
   void check_eager_chunk_fits_ring();
+  void check_rdma_upgrade_delay_within_timeout();
 
   Config config_;
   Tunables tunables_;

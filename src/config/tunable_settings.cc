@@ -102,6 +102,11 @@ std::string assign_upgrade_timeout(std::string_view text, Tunables& tunables) {
                          [&](microseconds duration) { tunables.upgrade_timeout = duration; });
 }
 
+std::string assign_rdma_upgrade_delay(std::string_view text, Tunables& tunables) {
+  return assign_duration(text, microseconds{0}, limits::kLongestRdmaUpgradeDelay,
+                         [&](microseconds duration) { tunables.rdma_upgrade_delay = duration; });
+}
+
 std::string assign_same_host(std::string_view text, Tunables& tunables) {
   constexpr SameHost kChoices[] = {SameHost::shm, SameHost::rdma, SameHost::kernel};
   for (SameHost choice : kChoices) {
@@ -132,6 +137,8 @@ constexpr std::array<TunableDescription, kTunableCount> kTunables = {{
      [](const Tunables& tunables) { return format_duration(tunables.spin_limit); }},
     {"upgrade_timeout", "QPSOCK_UPGRADE_TIMEOUT", assign_upgrade_timeout,
      [](const Tunables& tunables) { return format_duration(tunables.upgrade_timeout); }},
+    {"rdma_upgrade_delay", "QPSOCK_RDMA_UPGRADE_DELAY", assign_rdma_upgrade_delay,
+     [](const Tunables& tunables) { return format_duration(tunables.rdma_upgrade_delay); }},
     {"same_host", "QPSOCK_SAME_HOST", assign_same_host,
      [](const Tunables& tunables) -> std::string { return same_host_name(tunables.same_host); }},
 }};

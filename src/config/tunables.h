@@ -27,6 +27,7 @@ inline constexpr std::chrono::microseconds kLargestSpinTime = std::chrono::secon
 inline constexpr std::chrono::microseconds kLongestRendezvousPatience = std::chrono::seconds{10};
 inline constexpr std::chrono::microseconds kShortestUpgradeTimeout = std::chrono::milliseconds{10};
 inline constexpr std::chrono::microseconds kLongestUpgradeTimeout = std::chrono::seconds{60};
+inline constexpr std::chrono::microseconds kLongestRdmaUpgradeDelay = std::chrono::seconds{10};
 }  // namespace limits
 
 struct Tunables {
@@ -50,6 +51,10 @@ struct Tunables {
   std::chrono::microseconds spin_limit = std::chrono::milliseconds{1};
   // How long the side-channel negotiation may take before the connection stays on TCP.
   std::chrono::microseconds upgrade_timeout = std::chrono::milliseconds{2000};
+  // How long after its first I/O a server begins a connection's RDMA
+  // upgrade: a connection closed before then never costs an rdma_cm connect
+  // (a plain client's reject, or a queue pair set up to be torn down).
+  std::chrono::microseconds rdma_upgrade_delay = std::chrono::milliseconds{50};
   SameHost same_host = SameHost::shm;
 
   bool operator==(const Tunables&) const = default;

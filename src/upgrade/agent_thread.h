@@ -56,6 +56,9 @@ class HelperWakeup {
   void signal() const;
   // Sleeps until signalled or `timeout_ms` passed (-1: no limit).
   void sleep(int timeout_ms) const;
+  // Readable once signalled, for a sleeper that waits on more (sleep(0) then
+  // takes the signal).
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;

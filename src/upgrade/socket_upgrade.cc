@@ -114,8 +114,15 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
     }
   } else {
     const char* reason = nullptr;
-    if (const int error = listen_for_verbs_upgrade(fd, destination, length, listeners.rdma, reason);
-        error < 0) {
+    RdmaListenerPlan plan;
+    int error = prepare_verbs_offer(fd, destination, length, plan, reason);
+    // Without a delay the listener must be there before the SYN goes out:
+    // the server may come at once.
+    if (error == 0 && plan.listen_at <= std::chrono::steady_clock::now())
+      error = open_verbs_listener(fd, plan, listeners.rdma, reason);
+    else if (error == 0)
+      listeners.planned_rdma = plan;
+    if (error < 0) {
       QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", fd, reason, error);
       connection->decline(reason);
       return;

@@ -4,7 +4,9 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <mutex>
 #include <vector>
 
@@ -28,8 +30,15 @@ struct Offer {
   Deadline deadline;
 };
 
-// epoll data: the offer's id, and which of its listeners spoke.
+// epoll data: the offer's id, and which of its listeners spoke; or the
+// wakeup (ids start at 1).
 constexpr uint64_t kRdmaListener = uint64_t{1} << 63;
+constexpr uint64_t kWakeup = 0;
+// The longest sleep: expired offers are looked for this often.
+constexpr std::chrono::milliseconds kLongestSleep{100};
+// Once awake, the agent also opens the planned listeners due this much
+// later: a busy client's connections then take one wakeup between them.
+constexpr std::chrono::milliseconds kEarlyBy{10};
 
 class UpgradeAgent : public HelperLock {
  public:
@@ -44,10 +53,20 @@ class UpgradeAgent : public HelperLock {
   void answer_same_host(Offer offer);
   void answer_rdma(Offer offer);
   void expire_locked(std::vector<Offer>& expired);
+  // Offers whose planned rdma_cm listener is due: taken out, to be opened
+  // without the lock (open_planned_listener puts them back).
+  void take_planned_locked(std::vector<Offer>& due);
+  void open_planned_listener(Offer offer);
+  // How long the agent may sleep (and notes when it wakes at the latest).
+  int sleep_ms_locked();
 
   std::vector<Offer> offers_;
   uint64_t next_id_ = 1;
   int epoll_fd_ = -1;
+  HelperWakeup wakeup_;
+  // When the agent's sleep ends at the latest: an offer planned to listen
+  // no sooner need not wake it (a context switch per connection otherwise).
+  std::chrono::steady_clock::time_point wakes_by_{};
   bool running_ = false;
 };
 
@@ -73,6 +92,12 @@ void UpgradeAgent::offer(Offer offer) {
     return;
   }
   offer.id = next_id_++;
+  // A planned listener is opened later by the agent, which may be asleep
+  // for longer than the plan allows.
+  if (offer.listeners.planned_rdma && offer.listeners.planned_rdma->listen_at < wakes_by_) {
+    wakes_by_ = offer.listeners.planned_rdma->listen_at;
+    wakeup_.signal();
+  }
   const bool watched =
       (offer.listeners.same_host_fd < 0 || watch_locked(offer.listeners.same_host_fd, offer.id)) &&
       (offer.listeners.rdma == nullptr ||
@@ -96,8 +121,11 @@ bool UpgradeAgent::start_locked() {
   if (running_) return true;
   epoll_fd_ = next::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return false;
-  if (const int error = start_agent_thread("qpsock-agent", [] { agent().run(); }); error != 0) {
+  int error = wakeup_.open() < 0 || !watch_locked(wakeup_.fd(), kWakeup) ? -1 : 0;
+  if (error == 0) error = start_agent_thread("qpsock-agent", [] { agent().run(); });
+  if (error != 0) {
     QPSOCK_LOG(warn, "cannot start the upgrade agent thread (%d): connections stay on TCP", error);
+    wakeup_.close();
     next::close(epoll_fd_);
     epoll_fd_ = -1;
     return false;
@@ -118,14 +146,64 @@ void UpgradeAgent::expire_locked(std::vector<Offer>& expired) {
   }
 }
 
+void UpgradeAgent::take_planned_locked(std::vector<Offer>& due) {
+  const auto soon = std::chrono::steady_clock::now() + kEarlyBy;
+  for (size_t index = 0; index < offers_.size();) {
+    if (offers_[index].listeners.planned_rdma && offers_[index].listeners.planned_rdma->listen_at <= soon) {
+      due.push_back(std::move(offers_[index]));
+      offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(index));
+    } else {
+      ++index;
+    }
+  }
+}
+
+void UpgradeAgent::open_planned_listener(Offer offer) {
+  const RdmaListenerPlan plan = *offer.listeners.planned_rdma;
+  offer.listeners.planned_rdma.reset();
+  const char* reason = nullptr;
+  if (const int error = open_verbs_listener(offer.tcp_fd, plan, offer.listeners.rdma, reason);
+      error < 0) {
+    QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", offer.tcp_fd, reason, error);
+    close_offer(offer, reason);
+    return;
+  }
+  std::unique_lock lock(mutex_);
+  if (!watch_locked(offer.listeners.rdma->event_fd(), offer.id | kRdmaListener)) {
+    lock.unlock();
+    close_offer(offer, "the upgrade agent could not watch the side channel");
+    return;
+  }
+  offers_.push_back(std::move(offer));
+}
+
+int UpgradeAgent::sleep_ms_locked() {
+  const auto now = std::chrono::steady_clock::now();
+  auto wake_at = now + kLongestSleep;
+  for (const Offer& offer : offers_)
+    if (offer.listeners.planned_rdma) wake_at = std::min(wake_at, offer.listeners.planned_rdma->listen_at);
+  const auto sleep = std::chrono::ceil<std::chrono::milliseconds>(wake_at - now);
+  wakes_by_ = now + sleep;
+  return static_cast<int>(std::max<int64_t>(0, sleep.count()));
+}
+
 void UpgradeAgent::run() {
   for (;;) {
     epoll_event events[8];
-    const int ready = next::epoll_wait(epoll_fd_, events, 8, 100);
-    std::vector<Offer> expired, same_host, rdma;
+    int sleep_ms = 0;
+    {
+      std::lock_guard lock(mutex_);
+      sleep_ms = sleep_ms_locked();
+    }
+    const int ready = next::epoll_wait(epoll_fd_, events, 8, sleep_ms);
+    std::vector<Offer> expired, same_host, rdma, planned;
     {
       std::lock_guard lock(mutex_);
       for (int index = 0; index < ready; ++index) {
+        if (events[index].data.u64 == kWakeup) {
+          wakeup_.sleep(0);
+          continue;
+        }
         const uint64_t id = events[index].data.u64 & ~kRdmaListener;
         for (size_t each = 0; each < offers_.size(); ++each) {
           if (offers_[each].id != id) continue;
@@ -135,12 +213,16 @@ void UpgradeAgent::run() {
           break;
         }
       }
+      // Closed connections first: their planned listeners are never opened.
       expire_locked(expired);
+      take_planned_locked(planned);
     }
     for (Offer& offer : expired) {
-      QPSOCK_LOG(debug, "fd %d: no qpsock server came to upgrade it; it stays on TCP", offer.tcp_fd);
+      if (!offer.connection.expired())
+        QPSOCK_LOG(debug, "fd %d: no qpsock server came to upgrade it; it stays on TCP", offer.tcp_fd);
       close_offer(offer, "no qpsock peer came within upgrade_timeout");
     }
+    for (Offer& offer : planned) open_planned_listener(std::move(offer));
     for (Offer& offer : same_host) answer_same_host(std::move(offer));
     for (Offer& offer : rdma) answer_rdma(std::move(offer));
   }
@@ -227,6 +309,7 @@ void UpgradeAgent::forget_after_fork() {
   offers_.clear();
   if (epoll_fd_ >= 0) next::close(epoll_fd_);
   epoll_fd_ = -1;
+  wakeup_.close();
   running_ = false;
 }
 

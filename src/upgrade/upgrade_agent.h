@@ -4,7 +4,11 @@
 // something else never stalls an upgrade. It never touches the data path.
 #pragma once
 
+#include <sys/socket.h>
+
+#include <chrono>
 #include <memory>
+#include <optional>
 
 #include "transport/verbs/verbs_listener.h"
 #include "upgrade/connection.h"
@@ -12,12 +16,25 @@
 
 namespace qpsock::upgrade {
 
+// An rdma_cm listener the agent opens at `listen_at` if the connection is
+// still open then: half of rdma_upgrade_delay after the connect, while the
+// server waits the whole delay after its first I/O. A connection closed
+// sooner never costs a listener (an rdma_cm id bound, listened on and
+// destroyed: a few milliseconds of the process's CPU over Soft-RoCE).
+struct RdmaListenerPlan {
+  sockaddr_storage meeting{};
+  transport::verbs::VerbsOptions options;
+  std::chrono::steady_clock::time_point listen_at;
+};
+
 // What a client connection offers a server: a same-host listener (an
-// AF_UNIX socket, side_channel.h), an rdma_cm listener (verbs_upgrade.h), or
-// both; the first server to come takes the upgrade, and both then close.
+// AF_UNIX socket, side_channel.h), an rdma_cm listener (verbs_upgrade.h) or
+// the plan of one, or both; the first server to come takes the upgrade, and
+// both then close.
 struct ClientListeners {
   int same_host_fd = -1;
   std::unique_ptr<transport::verbs::VerbsListener> rdma;
+  std::optional<RdmaListenerPlan> planned_rdma;
 };
 
 // Hands the listeners (owned by the agent from now on) of client connection

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <deque>
 #include <mutex>
@@ -14,9 +15,21 @@
 namespace qpsock::upgrade {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// Once awake, the worker also runs the jobs due this much later: the
+// connections of a busy server then take one wakeup between them, not one
+// each (their delays only bound how soon an attempt may begin).
+constexpr std::chrono::milliseconds kEarlyBy{10};
+
+struct Job {
+  Clock::time_point not_before;
+  std::function<void()> run;
+};
+
 class UpgradeWorker : public HelperLock {
  public:
-  bool queue(std::function<void()> job);
+  bool queue(Job job);
   void run();
   // fork: the child has no worker thread; the jobs queued for it go.
   void forget_after_fork();
@@ -24,18 +37,24 @@ class UpgradeWorker : public HelperLock {
  private:
   bool start_locked();
 
-  std::deque<std::function<void()>> jobs_;
+  std::deque<Job> jobs_;
   HelperWakeup wakeup_;
+  // When the worker's sleep ends at the latest (max: it sleeps until
+  // signalled): a job due no sooner need not wake it.
+  Clock::time_point wakes_by_ = Clock::time_point::max();
   bool running_ = false;
 };
 
 UpgradeWorker& worker() { return fork_aware_instance<UpgradeWorker>(); }
 
-bool UpgradeWorker::queue(std::function<void()> job) {
+bool UpgradeWorker::queue(Job job) {
   std::lock_guard lock(mutex_);
   if (!start_locked()) return false;
+  if (job.not_before < wakes_by_) {
+    wakes_by_ = job.not_before;
+    wakeup_.signal();
+  }
   jobs_.push_back(std::move(job));
-  wakeup_.signal();
   return true;
 }
 
@@ -54,29 +73,52 @@ bool UpgradeWorker::start_locked() {
 void UpgradeWorker::run() {
   for (;;) {
     std::function<void()> job;
+    int sleep_ms = -1;
     {
       std::lock_guard lock(mutex_);
-      if (!jobs_.empty()) {
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
+      // The first job due; the jobs are few (the connections of the last
+      // rdma_upgrade_delay and those being connected).
+      const auto now = Clock::now();
+      auto due = jobs_.end();
+      Clock::time_point earliest = Clock::time_point::max();
+      for (auto each = jobs_.begin(); each != jobs_.end(); ++each) {
+        if (each->not_before <= now + kEarlyBy) {
+          due = each;
+          break;
+        }
+        earliest = std::min(earliest, each->not_before);
+      }
+      if (due != jobs_.end()) {
+        job = std::move(due->run);
+        jobs_.erase(due);
+        wakes_by_ = Clock::time_point::min();  // awake: a new job needs no signal
+      } else if (!jobs_.empty()) {
+        const auto sleep = std::chrono::ceil<std::chrono::milliseconds>(earliest - now);
+        sleep_ms = static_cast<int>(sleep.count());
+        wakes_by_ = now + sleep;
+      } else {
+        wakes_by_ = Clock::time_point::max();
       }
     }
     if (job) {
       job();
       continue;
     }
-    wakeup_.sleep(-1);
+    wakeup_.sleep(sleep_ms);
   }
 }
 
 void UpgradeWorker::forget_after_fork() {
   jobs_.clear();
+  wakes_by_ = Clock::time_point::max();
   wakeup_.close();
   running_ = false;
 }
 
 }  // namespace
 
-bool run_in_upgrade_worker(std::function<void()> job) { return worker().queue(std::move(job)); }
+bool run_in_upgrade_worker(std::function<void()> job, Clock::time_point not_before) {
+  return worker().queue({not_before, std::move(job)});
+}
 
 }  // namespace qpsock::upgrade

@@ -10,12 +10,15 @@
 // have its connect and its accept run at once.
 #pragma once
 
+#include <chrono>
 #include <functional>
 
 namespace qpsock::upgrade {
 
-// Queues `job` for the worker: true, or false if the worker cannot run (the
-// caller then declines the connection itself).
-bool run_in_upgrade_worker(std::function<void()> job);
+// Queues `job` for the worker, to run once `not_before` has come (or up to
+// 10 ms sooner, with others due then): true, or false if the worker cannot
+// run (the caller then declines the connection itself).
+bool run_in_upgrade_worker(std::function<void()> job,
+                           std::chrono::steady_clock::time_point not_before = {});
 
 }  // namespace qpsock::upgrade

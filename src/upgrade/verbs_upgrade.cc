@@ -93,6 +93,8 @@ int start_stream(Connection& connection, int tcp_fd, VerbsConnection verbs,
 void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_ptr<Connection>& weak,
                        const sockaddr_storage& local, const sockaddr_storage& peer,
                        const stream::StreamSettings& settings, Deadline deadline) {
+  // Closed within rdma_upgrade_delay: nothing was asked of the fabric.
+  if (weak.expired()) return;
   VerbsConnection verbs;
   int result = VerbsConnector(options_for(settings)).connect(local, peer, deadline, verbs);
   std::shared_ptr<Connection> connection = weak.lock();
@@ -119,21 +121,30 @@ void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_pt
 
 }  // namespace
 
-int listen_for_verbs_upgrade(int tcp_fd, const sockaddr* destination, socklen_t length,
-                             std::unique_ptr<VerbsListener>& listener, const char*& reason) {
+int prepare_verbs_offer(int tcp_fd, const sockaddr* destination, socklen_t length,
+                        RdmaListenerPlan& plan, const char*& reason) {
   const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
   if ((reason = reason_rdma_unusable(settings.ring_size)) != nullptr) return -ENODEV;
-  sockaddr_storage meeting{};
-  if (int error = client_meeting_address(tcp_fd, destination, length, meeting); error < 0) {
+  if (int error = client_meeting_address(tcp_fd, destination, length, plan.meeting); error < 0) {
     reason = "the source port is not known before connect";
     return error;
   }
-  if (int error = VerbsListener::listen(meeting, options_for(settings), listener); error < 0) {
+  plan.options = options_for(settings);
+  plan.listen_at = std::chrono::steady_clock::now() +
+                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       config::process_config().tunables().rdma_upgrade_delay / 2);
+  return 0;
+}
+
+int open_verbs_listener(int tcp_fd, const RdmaListenerPlan& plan,
+                        std::unique_ptr<VerbsListener>& listener, const char*& reason) {
+  if (int error = VerbsListener::listen(plan.meeting, plan.options, listener); error < 0) {
     reason = error == -EADDRINUSE ? "the rdma_cm port of the connection is taken"
                                   : "no RDMA device serves the connection's address";
     return error;
   }
-  QPSOCK_LOG(debug, "fd %d: RDMA upgrade offered at %s", tcp_fd, describe_address(meeting).c_str());
+  QPSOCK_LOG(debug, "fd %d: RDMA upgrade offered at %s", tcp_fd,
+             describe_address(plan.meeting).c_str());
   return 0;
 }
 
@@ -198,9 +209,15 @@ void begin_server_verbs_upgrade(int tcp_fd, const std::shared_ptr<Connection>& c
     return;
   }
   std::weak_ptr<Connection> weak = connection;
-  if (!run_in_upgrade_worker([tcp_fd, inode, weak, local, peer, settings, deadline] {
-        connect_in_worker(tcp_fd, inode, weak, local, peer, settings, deadline);
-      }))
+  // The client's listener waits upgrade_timeout from its connect; a server
+  // delay of the same length or more would find it gone.
+  const auto delay = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      config::process_config().tunables().rdma_upgrade_delay);
+  if (!run_in_upgrade_worker(
+          [tcp_fd, inode, weak, local, peer, settings, deadline] {
+            connect_in_worker(tcp_fd, inode, weak, local, peer, settings, deadline);
+          },
+          std::chrono::steady_clock::now() + delay))
     connection->decline("the upgrade worker could not start");
 }
 

@@ -18,15 +18,22 @@
 #include "transport/verbs/verbs_listener.h"
 #include "upgrade/connection.h"
 #include "upgrade/side_channel.h"
+#include "upgrade/upgrade_agent.h"
 
 namespace qpsock::upgrade {
 
-// Client, in connect() before the SYN: an rdma_cm listener at the socket's
-// own endpoint, sized for its stream. 0, or -errno with `reason` (a string
-// literal, for qpsock-stat) saying why there is none; nothing is logged.
-int listen_for_verbs_upgrade(int tcp_fd, const sockaddr* destination, socklen_t length,
-                             std::unique_ptr<transport::verbs::VerbsListener>& listener,
-                             const char*& reason);
+// Client, in connect() before the SYN: where and how to listen with rdma_cm
+// (the socket's own endpoint, bound now if need be; options sized for its
+// stream). 0, or -errno with `reason` (a string literal, for qpsock-stat)
+// saying why no upgrade can be offered; nothing is logged.
+int prepare_verbs_offer(int tcp_fd, const sockaddr* destination, socklen_t length,
+                        RdmaListenerPlan& plan, const char*& reason);
+
+// Client, in connect() or later in the upgrade agent: the rdma_cm listener
+// `plan` describes. 0, or -errno with `reason` as above; logs only at debug.
+int open_verbs_listener(int tcp_fd, const RdmaListenerPlan& plan,
+                        std::unique_ptr<transport::verbs::VerbsListener>& listener,
+                        const char*& reason);
 
 // Client, in the upgrade agent, once a connect request waits on `listener`:
 // accepts it, checks that `tcp_fd` is still the socket `tcp_socket_inode`,

@@ -35,6 +35,7 @@ TEST(ConfigTunables, Defaults) {
   EXPECT_EQ(defaults.spin_limit, milliseconds{1});
   EXPECT_EQ(defaults.rendezvous_patience, milliseconds{10});
   EXPECT_EQ(defaults.upgrade_timeout, milliseconds{2000});
+  EXPECT_EQ(defaults.rdma_upgrade_delay, milliseconds{50});
   EXPECT_EQ(defaults.same_host, SameHost::shm);
   EXPECT_EQ(tunables_of(""), defaults);
 }
@@ -55,7 +56,7 @@ TEST(ConfigTunables, CatalogueNamesEveryTunableAndItsVariable) {
   EXPECT_EQ(names, (std::vector<std::string>{"inline_size", "rendezvous_threshold",
                                              "rendezvous_patience", "ring_size",
                                              "eager_chunk", "spin_time", "spin_limit", "upgrade_timeout",
-                                             "same_host"}));
+                                             "rdma_upgrade_delay", "same_host"}));
 }
 
 TEST(ConfigTunables, InlineSize) {
@@ -166,6 +167,29 @@ TEST(ConfigTunables, UpgradeTimeout) {
             "t.conf:1: upgrade_timeout: '2000' needs a unit (us, ms or s); default 2s kept");
 }
 
+TEST(ConfigTunables, RdmaUpgradeDelay) {
+  EXPECT_EQ(tunables_of("rdma_upgrade_delay = 0").rdma_upgrade_delay, microseconds{0});
+  EXPECT_EQ(tunables_of("rdma_upgrade_delay = 200ms").rdma_upgrade_delay, milliseconds{200});
+  EXPECT_EQ(tunables_of("upgrade_timeout = 20s\nrdma_upgrade_delay = 10s").rdma_upgrade_delay,
+            seconds{10});
+  EXPECT_EQ(only_diagnostic("rdma_upgrade_delay = 11s"),
+            "t.conf:1: rdma_upgrade_delay: '11s' is above the maximum 10s; default 50ms kept");
+  EXPECT_EQ(only_diagnostic("rdma_upgrade_delay = 50"),
+            "t.conf:1: rdma_upgrade_delay: '50' needs a unit (us, ms or s); default 50ms kept");
+}
+
+TEST(ConfigTunables, RdmaUpgradeDelayMustBeShorterThanTheUpgradeTimeout) {
+  // The client's offer would be gone before any server came.
+  EXPECT_EQ(only_diagnostic("rdma_upgrade_delay = 3s\n"),
+            "t.conf:1: rdma_upgrade_delay: 3s is not shorter than upgrade_timeout 2s, whose end "
+            "no upgrade would meet; 1s (half of upgrade_timeout) used");
+  EXPECT_EQ(parse("rdma_upgrade_delay = 3s\n").config.tunables().rdma_upgrade_delay, seconds{1});
+  // A deliberately short timeout quietly shortens the default delay.
+  ParseResult result = parse("upgrade_timeout = 40ms\n");
+  EXPECT_TRUE(result.diagnostics.empty());
+  EXPECT_EQ(result.config.tunables().rdma_upgrade_delay, milliseconds{20});
+}
+
 TEST(ConfigTunables, SameHost) {
   EXPECT_EQ(tunables_of("same_host = shm").same_host, SameHost::shm);
   EXPECT_EQ(tunables_of("same_host = rdma").same_host, SameHost::rdma);
@@ -225,6 +249,7 @@ TEST(ConfigTunables, EveryTunableAtOnce) {
       "eager_chunk = 256K\n"
       "spin_time = 50us\n"
       "upgrade_timeout = 500ms\n"
+      "rdma_upgrade_delay = 100ms\n"
       "same_host = rdma\n");
   EXPECT_EQ(tunables.inline_size, 256u);
   EXPECT_EQ(tunables.rendezvous_threshold, 128u << 10);
@@ -232,6 +257,7 @@ TEST(ConfigTunables, EveryTunableAtOnce) {
   EXPECT_EQ(tunables.eager_chunk, 256u << 10);
   EXPECT_EQ(tunables.spin_time, microseconds{50});
   EXPECT_EQ(tunables.upgrade_timeout, milliseconds{500});
+  EXPECT_EQ(tunables.rdma_upgrade_delay, milliseconds{100});
   EXPECT_EQ(tunables.same_host, SameHost::rdma);
 }
 
