@@ -54,7 +54,7 @@ struct Tunables {
   // How long after its first I/O a server begins a connection's RDMA
   // upgrade: a connection closed before then never costs an rdma_cm connect
   // (a plain client's reject, or a queue pair set up to be torn down).
-  std::chrono::microseconds rdma_upgrade_delay = std::chrono::milliseconds{50};
+  std::chrono::microseconds rdma_upgrade_delay = std::chrono::milliseconds{200};
   SameHost same_host = SameHost::shm;
 
   bool operator==(const Tunables&) const = default;

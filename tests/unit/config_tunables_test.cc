@@ -35,7 +35,7 @@ TEST(ConfigTunables, Defaults) {
   EXPECT_EQ(defaults.spin_limit, milliseconds{1});
   EXPECT_EQ(defaults.rendezvous_patience, milliseconds{10});
   EXPECT_EQ(defaults.upgrade_timeout, milliseconds{2000});
-  EXPECT_EQ(defaults.rdma_upgrade_delay, milliseconds{50});
+  EXPECT_EQ(defaults.rdma_upgrade_delay, milliseconds{200});
   EXPECT_EQ(defaults.same_host, SameHost::shm);
   EXPECT_EQ(tunables_of(""), defaults);
 }
@@ -173,9 +173,9 @@ TEST(ConfigTunables, RdmaUpgradeDelay) {
   EXPECT_EQ(tunables_of("upgrade_timeout = 20s\nrdma_upgrade_delay = 10s").rdma_upgrade_delay,
             seconds{10});
   EXPECT_EQ(only_diagnostic("rdma_upgrade_delay = 11s"),
-            "t.conf:1: rdma_upgrade_delay: '11s' is above the maximum 10s; default 50ms kept");
+            "t.conf:1: rdma_upgrade_delay: '11s' is above the maximum 10s; default 200ms kept");
   EXPECT_EQ(only_diagnostic("rdma_upgrade_delay = 50"),
-            "t.conf:1: rdma_upgrade_delay: '50' needs a unit (us, ms or s); default 50ms kept");
+            "t.conf:1: rdma_upgrade_delay: '50' needs a unit (us, ms or s); default 200ms kept");
 }
 
 TEST(ConfigTunables, RdmaUpgradeDelayMustBeShorterThanTheUpgradeTimeout) {
