@@ -116,7 +116,7 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
     const char* reason = nullptr;
     RdmaListenerPlan plan;
     int error = prepare_verbs_offer(fd, destination, length, plan, reason);
-    // Without a delay the listener must be there before the SYN goes out:
+    // With no delay (or a short one) the listener must be there before the SYN goes out:
     // the server may come at once.
     if (error == 0 && plan.listen_at <= std::chrono::steady_clock::now())
       error = open_verbs_listener(fd, plan, listeners.rdma, reason);

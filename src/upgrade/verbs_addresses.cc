@@ -184,7 +184,9 @@ bool is_local_address(const sockaddr* address, socklen_t length) {
   if (!probe.valid()) return false;
   const bool is_local =
       next::bind(probe.get(), reinterpret_cast<const sockaddr*>(&local), length_of(local)) == 0;
-  locality_cache().remember(local, is_local);
+  // Only the kernel's "not an address of ours" is an answer; no memory or
+  // no free port says nothing for the next connect.
+  if (is_local || errno == EADDRNOTAVAIL) locality_cache().remember(local, is_local);
   return is_local;
 }
 

@@ -130,9 +130,13 @@ int prepare_verbs_offer(int tcp_fd, const sockaddr* destination, socklen_t lengt
     return error;
   }
   plan.options = options_for(settings);
-  plan.listen_at = std::chrono::steady_clock::now() +
-                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                       config::process_config().tunables().rdma_upgrade_delay / 2);
+  // Below 40 ms the listener is opened at once (in connect()): the server
+  // may come up to 10 ms early (the worker's batching), and half a short
+  // delay would leave the agent no time to open it first.
+  const auto delay = config::process_config().tunables().rdma_upgrade_delay;
+  plan.listen_at = std::chrono::steady_clock::now();
+  if (delay >= std::chrono::milliseconds{40})
+    plan.listen_at += std::chrono::duration_cast<std::chrono::steady_clock::duration>(delay / 2);
   return 0;
 }
 
