@@ -333,19 +333,35 @@ void Connection::abandon_inherited_stream() {
   if (stream_ != nullptr) {
     // Deliberately never destroyed in this process (see the header).
     static_cast<void>(stream_.release());
+  } else if (phase() == UpgradePhase::offered) {
+    switch (server_attempt_.load(std::memory_order_acquire)) {
+      case ServerAttempt::none:
+        return;  // on TCP, or to be upgraded by whichever process makes the first I/O
+      case ServerAttempt::deferred:
+        // No thread of this process may try it, and the child may be
+        // sandboxed (sshd's privilege separation forks its network child
+        // right after the first exchange): TCP, as the parent's worker will
+        // decide too unless the parent has closed its copy by then.
+        decline("the process that forked this one tries its upgrade");
+        return;
+      case ServerAttempt::claimed:
+        break;  // a handshake about to begin in a thread of the parent's
+    }
   } else if (phase() != UpgradePhase::negotiating) {
-    return;  // on TCP, or to be upgraded by whichever process makes the first I/O
+    return;  // on TCP for good
   }
   stream_installed_.store(nullptr, std::memory_order_release);
   mark_inherited_stream();
 }
 
 int Connection::refuse_inherited_call(int fd) {
+  // No getppid() for the line: the child may run under a seccomp filter that
+  // kills on it (sshd's network child does).
   if (!inherited_call_logged_.exchange(true, std::memory_order_acq_rel))
     QPSOCK_LOG(error, "fd %d: this connection's stream belongs to the process that upgraded it "
-               "before forking this one (or its parent, pid %d); it cannot be used here yet: "
+               "before forking this one (or by its parent); it cannot be used here yet: "
                "ECONNRESET (a kernel rule for its port in qpsock.conf keeps such a program's "
-               "connections on TCP)", fd, static_cast<int>(getppid()));
+               "connections on TCP)", fd);
   return ECONNRESET;
 }
 

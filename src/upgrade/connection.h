@@ -55,6 +55,19 @@ class Connection {
   UpgradePhase phase() const { return phase_.load(std::memory_order_acquire); }
   // offered -> negotiating; false if another thread already started (or it is over).
   bool begin_negotiation();
+  // The server's attempt belongs to this process from its first I/O on: true
+  // once, for the call that makes it.
+  bool claim_server_attempt() {
+    ServerAttempt expected = ServerAttempt::none;
+    return server_attempt_.compare_exchange_strong(expected, ServerAttempt::claimed,
+                                                   std::memory_order_acq_rel);
+  }
+  // Over RDMA the claimed attempt begins (begin_negotiation) only
+  // rdma_upgrade_delay later, in the upgrade worker, which first looks for
+  // forked children holding the socket. Until then the phase stays offered,
+  // so that a child forked meanwhile, or a descriptor passed meanwhile,
+  // keeps TCP rather than a negotiation it cannot follow.
+  void defer_server_attempt() { server_attempt_.store(ServerAttempt::deferred, std::memory_order_release); }
   // Stays on TCP for good; `reason` (a string literal) goes to qpsock-stat.
   void decline(const char* reason);
   // The same, only if no handshake has begun (a handshake's thread installs
@@ -119,8 +132,11 @@ class Connection {
   // without touching it (its memory stays allocated) and its calls on the
   // connection fail with ECONNRESET; close and exec leave the parent's
   // connection as it is. The same for an upgrade under way at the fork (a
-  // thread of the parent's finishes it). Idempotent; runs in the child
-  // before any other call.
+  // thread of the parent's finishes it), or about to begin. A server's
+  // attempt the parent deferred to its worker is the parent's too, but the
+  // child's copy stays on TCP: the parent's worker, finding the socket in
+  // the child, declines it as well. Idempotent; runs in the child before any
+  // other call.
   void abandon_inherited_stream();
   // A socket a new program inherited across exec from such a child
   // (upgrade/inherited_streams.h): refused alike, and it has no stream here.
@@ -214,6 +230,8 @@ class Connection {
   std::atomic<bool> inherited_stream_{false};
   std::atomic<bool> inherited_call_logged_{false};
   std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
+  enum class ServerAttempt : uint8_t { none, claimed, deferred };
+  std::atomic<ServerAttempt> server_attempt_{ServerAttempt::none};
   std::atomic<stats::Handle> statistics_{0};
   std::atomic<uint64_t> zero_copy_counted_[2] = {};  // [stats::Direction]
   std::atomic<const char*> decline_reason_{nullptr};

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "common/log.h"
+#include "upgrade/connection.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/socket_identity.h"
 
@@ -88,6 +90,14 @@ bool forked_child_keeps_socket(uint64_t inode) {
     count = still;
   }
   return false;
+}
+
+bool declined_for_a_forked_child(Connection& connection, int tcp_fd, uint64_t tcp_socket_inode) {
+  if (!forked_child_keeps_socket(tcp_socket_inode)) return false;
+  QPSOCK_LOG(info, "fd %d: a child process forked since the connection was made holds the "
+             "socket; the connection stays on TCP", tcp_fd);
+  connection.decline("a forked child holds the socket");
+  return true;
 }
 
 }  // namespace qpsock::upgrade

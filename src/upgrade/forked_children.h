@@ -13,6 +13,8 @@
 
 namespace qpsock::upgrade {
 
+class Connection;
+
 // The fork wrapper (and posix_spawn's, whose program holds the sockets it
 // inherited as a forked child does): before the fork, and after it with
 // fork's result (the child's pid in the parent, 0 in the child, -1 when it
@@ -30,5 +32,16 @@ void fork_finished(pid_t result);
 // holds it for as long as it does. Waits for a fork under way to finish
 // first, so that its child is looked at too.
 bool forked_child_keeps_socket(uint64_t inode);
+
+// The upgrade's answer to that, for a client's agent or a server's worker: a
+// child forked since the connection was made keeps the socket, and may read
+// or write it over TCP, where an upgrade would move the peer's bytes out of
+// its sight. The child's copy is never upgraded (it has no agent, and a
+// server's deferred attempt is the parent's), so the connection stays on TCP
+// for both: declined here, with a line in the log. Looked at before the
+// negotiation begins (a child forked while it runs has its calls refused,
+// whatever its outcome) and once more right after, for a child forked in
+// between. False: go on.
+bool declined_for_a_forked_child(Connection& connection, int tcp_fd, uint64_t tcp_socket_inode);
 
 }  // namespace qpsock::upgrade

@@ -72,9 +72,10 @@ void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
       connection->decline("same-host upgrades are off (same_host = kernel)");
       return;
     }
-    try_same_host_upgrade(fd, *connection, client_inode);
+    if (connection->begin_negotiation()) try_same_host_upgrade(fd, *connection, client_inode);
     return;
   }
+  // Begins in the worker, rdma_upgrade_delay from now.
   begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
 }
 
@@ -153,7 +154,7 @@ void begin_server_upgrade_when_watched(int fd) {
   uint64_t client_inode = 0;
   if (met_on_this_host(fd, client_inode)) return;  // at the first I/O
   if (process_uses_io_uring()) return;             // declined, with its line, at the first I/O
-  if (connection->begin_negotiation()) begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
+  if (connection->claim_server_attempt()) begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
 }
 
 ConnectionHold connection_for_io(int fd) {
@@ -162,7 +163,7 @@ ConnectionHold connection_for_io(int fd) {
   if (!connection) return connection;
   if (connection->role() == config::Role::server && connection->phase() == UpgradePhase::offered) {
     ErrnoGuard errno_guard;
-    if (connection->begin_negotiation()) try_server_upgrade(fd, connection.shared());
+    if (connection->claim_server_attempt()) try_server_upgrade(fd, connection.shared());
   }
   if (connection->phase() == UpgradePhase::declined && connection->stream() == nullptr) {
     // Nothing will ever switch: later calls go straight to the kernel.

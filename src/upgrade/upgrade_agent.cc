@@ -228,29 +228,13 @@ void UpgradeAgent::run() {
   }
 }
 
-// A child forked since the connect keeps the socket: it may read or write it
-// over TCP, and an upgrade would move the peer's bytes where it cannot see
-// them. The child's copy is never upgraded (it has no agent), so the
-// connection stays on TCP for both. Looked at before the negotiation begins
-// (a child forked while it runs has its calls refused, whatever its outcome)
-// and once more right after, for a child forked in between: each time only
-// the children holding the socket then are waited for, so a shell's stream
-// of short-lived command substitutions does not keep it on TCP. False: go on.
-bool declined_for_a_forked_child(Connection& connection, const Offer& offer) {
-  if (!forked_child_keeps_socket(offer.tcp_socket_inode)) return false;
-  QPSOCK_LOG(info, "fd %d: a child process forked since the connect holds the socket; the "
-             "connection stays on TCP", offer.tcp_fd);
-  connection.decline("a forked child holds the socket");
-  return true;
-}
-
 // One server came on this host: answer it, then the listeners are done either way.
 void UpgradeAgent::answer_same_host(Offer offer) {
   const int side_fd = next::accept4(offer.listeners.same_host_fd, nullptr, nullptr, SOCK_CLOEXEC);
   close_listeners(offer.listeners);
   std::shared_ptr<Connection> connection = offer.connection.lock();
   if (side_fd >= 0 && connection != nullptr &&
-      declined_for_a_forked_child(*connection, offer)) {
+      declined_for_a_forked_child(*connection, offer.tcp_fd, offer.tcp_socket_inode)) {
     next::close(side_fd);
     return;
   }
@@ -259,7 +243,7 @@ void UpgradeAgent::answer_same_host(Offer offer) {
     if (connection) connection->decline("the side channel failed");
     return;
   }
-  if (declined_for_a_forked_child(*connection, offer)) {
+  if (declined_for_a_forked_child(*connection, offer.tcp_fd, offer.tcp_socket_inode)) {
     next::close(side_fd);
     return;
   }
@@ -286,9 +270,9 @@ void UpgradeAgent::answer_rdma(Offer offer) {
   std::shared_ptr<Connection> connection = offer.connection.lock();
   // Declined before the accept: the server's connect is rejected, and it stays on TCP.
   if (connection == nullptr ||
-      declined_for_a_forked_child(*connection, offer) ||
+      declined_for_a_forked_child(*connection, offer.tcp_fd, offer.tcp_socket_inode) ||
       !connection->begin_negotiation() ||
-      declined_for_a_forked_child(*connection, offer))
+      declined_for_a_forked_child(*connection, offer.tcp_fd, offer.tcp_socket_inode))
     return;
   if (accept_verbs_upgrade(*listener, *connection, offer.tcp_fd, offer.tcp_socket_inode,
                            offer.deadline) < 0)

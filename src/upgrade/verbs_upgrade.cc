@@ -12,6 +12,7 @@
 #include "transport/verbs/socket_address.h"
 #include "transport/verbs/verbs_connector.h"
 #include "upgrade/connection_registry.h"
+#include "upgrade/forked_children.h"
 #include "upgrade/rdma_readiness.h"
 #include "upgrade/socket_identity.h"
 #include "upgrade/stream_settings_for_socket.h"
@@ -93,8 +94,15 @@ int start_stream(Connection& connection, int tcp_fd, VerbsConnection verbs,
 void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_ptr<Connection>& weak,
                        const sockaddr_storage& local, const sockaddr_storage& peer,
                        const stream::StreamSettings& settings, Deadline deadline) {
-  // Closed within rdma_upgrade_delay: nothing was asked of the fabric.
-  if (weak.expired()) return;
+  {
+    // Closed within rdma_upgrade_delay: nothing was asked of the fabric.
+    std::shared_ptr<Connection> connection = weak.lock();
+    if (connection == nullptr ||
+        declined_for_a_forked_child(*connection, tcp_fd, tcp_socket_inode) ||
+        !connection->begin_negotiation() ||  // declined meanwhile (passed to another process)
+        declined_for_a_forked_child(*connection, tcp_fd, tcp_socket_inode))
+      return;
+  }
   VerbsConnection verbs;
   int result = VerbsConnector(options_for(settings)).connect(local, peer, deadline, verbs);
   std::shared_ptr<Connection> connection = weak.lock();
@@ -213,6 +221,7 @@ void begin_server_verbs_upgrade(int tcp_fd, const std::shared_ptr<Connection>& c
     return;
   }
   std::weak_ptr<Connection> weak = connection;
+  connection->defer_server_attempt();
   // The client's listener waits upgrade_timeout from its connect; a server
   // delay of the same length or more would find it gone.
   const auto delay = std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -151,7 +151,7 @@ shell_and_java_jar() {
   assert_equal "shell script whose child reads the socket ($runner)" 0 "$status"
   compare_with_reference shell-reader "echo read by the script's child ($runner)" "$output"
   if [[ $runner == qpsock ]]; then
-    if grep -q "a child process forked since the connect holds the socket" "$LOG_DIR/shell-reader.$tag.log"; then
+    if grep -q "a child process forked since the connection was made holds the socket" "$LOG_DIR/shell-reader.$tag.log"; then
       pass "shell script whose child reads the socket: kept on TCP, and the log says why"
     else
       fail "shell script whose child reads the socket: no line saying why it stayed on TCP"

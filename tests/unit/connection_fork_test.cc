@@ -237,5 +237,97 @@ TEST_F(ConnectionAfterFork, SystemCallsOverlappingInTwoThreadsLeaveTheProcesssEn
   EXPECT_NE(getenv("PATH"), nullptr);
 }
 
+
+// A server's connection that has not switched: the child forked after the
+// parent's first I/O gets the parent's claim on its upgrade, not a stream.
+class ServerConnectionAfterFork : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+    connection = std::make_shared<Connection>(config::Role::server);
+    attach_connection(sockets[0], connection);
+  }
+  void TearDown() override {
+    detach_connection(sockets[0]);
+    close(sockets[0]);
+    close(sockets[1]);
+  }
+
+  // Forks; the child runs the fork wrapper's first step, then `in_child`
+  // (its findings, one bit each, are its exit status).
+  int child_findings(int (*in_child)(Connection&, int)) {
+    const pid_t child = fork();
+    if (child == 0) {
+      connections_after_fork_in_child();
+      _exit(in_child(*connection, sockets[0]));
+    }
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  }
+
+  int sockets[2] = {-1, -1};
+  std::shared_ptr<Connection> connection;
+};
+
+enum KernelPathFinding : int { kNotDeclined = 1, kSendRefused = 2, kClaimedAgain = 4 };
+
+int uses_the_kernel(Connection& connection, int fd) {
+  int findings = 0;
+  if (connection.phase() != UpgradePhase::declined) findings |= kNotDeclined;
+  char byte = 'c';
+  const iovec piece{&byte, 1};
+  if (connection.send(fd, {&piece, 1}, MSG_DONTWAIT) != 1) findings |= kSendRefused;
+  if (connection.claim_server_attempt()) findings |= kClaimedAgain;
+  return findings;
+}
+
+// sshd without re-exec: its connection's process reads the client's banner
+// (the first I/O, which defers the RDMA attempt rdma_upgrade_delay to the
+// worker), then forks its sandboxed network child, which does the rest. The
+// child must stay on TCP, making no call of qpsock's own; before, it found
+// the upgrade "under way" and every call failed with ECONNRESET.
+TEST_F(ServerConnectionAfterFork, AChildForkedWhileTheParentsAttemptWaitsInTheWorkerStaysOnTcp) {
+  ASSERT_TRUE(connection->claim_server_attempt());
+  connection->defer_server_attempt();
+  EXPECT_EQ(child_findings(uses_the_kernel), 0)
+      << "findings (bits): 1 not declined, 2 its send did not reach the kernel, 4 it could try again";
+  char byte = 0;
+  EXPECT_EQ(recv(sockets[1], &byte, 1, MSG_DONTWAIT), 1);
+  EXPECT_EQ(byte, 'c');
+  // The parent's attempt is still its own to make (its worker then finds the child).
+  EXPECT_EQ(connection->phase(), UpgradePhase::offered);
+  EXPECT_TRUE(connection->begin_negotiation());
+}
+
+int refused(Connection& connection, int fd) {
+  char byte = 'c';
+  const iovec piece{&byte, 1};
+  errno = 0;
+  return connection.send(fd, {&piece, 1}, MSG_DONTWAIT) == -1 && errno == ECONNRESET ? 0 : 1;
+}
+
+// A same-host handshake claimed and about to begin in a thread of the
+// parent's is as good as under way: the parent does not look for children.
+TEST_F(ServerConnectionAfterFork, AChildForkedAsTheParentsHandshakeBeginsIsRefused) {
+  ASSERT_TRUE(connection->claim_server_attempt());
+  EXPECT_EQ(child_findings(refused), 0) << "the child's send was not refused with ECONNRESET";
+}
+
+enum OwnAttemptFinding : int { kNotOffered = 1, kCannotClaim = 2 };
+
+int may_claim(Connection& connection, int) {
+  int findings = 0;
+  if (connection.phase() != UpgradePhase::offered) findings |= kNotOffered;
+  if (!connection.claim_server_attempt()) findings |= kCannotClaim;
+  return findings;
+}
+
+// socat's fork per connection: the parent accepts and forks at once; the
+// child's first I/O is the first of all, and the upgrade is the child's.
+TEST_F(ServerConnectionAfterFork, AChildForkedBeforeAnyIoMakesTheAttemptItself) {
+  EXPECT_EQ(child_findings(may_claim), 0) << "findings (bits): 1 not offered, 2 could not claim";
+}
+
 }  // namespace
 }  // namespace qpsock::upgrade

@@ -26,8 +26,9 @@
 # python's http.server and against nginx (its workers rewrite their
 # environment), and ab -k against nginx (kept-alive connections closed while
 # still in epoll sets); ab's short connections, which the server's
-# rdma_upgrade_delay keeps off the fabric; Java's blocking and NIO echo
-# servers with 16 clients.
+# rdma_upgrade_delay keeps off the fabric; sshd, whose network child is
+# forked after the first exchange; Java's blocking and NIO echo servers
+# with 16 clients.
 set -uo pipefail
 here=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -470,7 +471,7 @@ if command -v socat >/dev/null; then
     shell_status=0
     "${cprefix[@]}" "$root/tests/programs/shell_reader_child.sh" 5301 "$SERVER_IP" 3 \
         >"$LOG/shell-reader.out" 2>"$LOG/shell-reader.err" || shell_status=$?
-    if ((shell_status == 0)) && grep -q "a child process forked since the connect holds the socket" "$LOG/shell-reader.client.qplog"; then
+    if ((shell_status == 0)) && grep -q "a child process forked since the connection was made holds the socket" "$LOG/shell-reader.client.qplog"; then
         pass "bash whose child reads the socket: $(<"$LOG/shell-reader.out"); kept on TCP, and the log says why"
     else
         fail "bash whose child reads the socket: status $shell_status: $(cat "$LOG/shell-reader.out")"
@@ -754,6 +755,62 @@ if command -v nginx >/dev/null && command -v ab >/dev/null; then
     fi
 else
     echo "SKIP: nginx or ab is not installed"
+fi
+
+# --- 9d. sshd: the network child forked after the first exchange ----------
+# sshd without re-exec (-r) reads the client's banner in the connection's
+# process (its first I/O, which schedules the server's RDMA attempt for
+# rdma_upgrade_delay later), then forks its privilege-separated network
+# child, which runs under a seccomp filter and does all the rest. The
+# parent's attempt, finding the socket in that child, must decline: both stay
+# on TCP, and the child's calls reach the kernel with no call of qpsock's own.
+# Before, the child found the upgrade under way and had every call refused
+# (its log line's getppid() was enough for the filter to kill it). sshd as
+# started by default (re-exec'd per connection) is run once too: its
+# connection is not one qpsock knows in the new program, and stays on TCP.
+# With the built-in delay; the sessions carry 1 MiB each way.
+if command -v sshd >/dev/null && command -v ssh >/dev/null && id sshd >/dev/null 2>&1; then
+    mkdir -p "$LOG/ssh" /run/sshd
+    ssh-keygen -q -t ed25519 -N '' -f "$LOG/ssh/host_key" && ssh-keygen -q -t ed25519 -N '' -f "$LOG/ssh/user_key"
+    cp "$LOG/ssh/user_key.pub" "$LOG/ssh/authorized_keys"
+    head -c $((1 << 20)) /dev/urandom >"$LOG/ssh/payload"
+    want=$(sha256sum <"$LOG/ssh/payload" | cut -d' ' -f1)
+    ssh_options=(-i "$LOG/ssh/user_key" -p 5801 -b $CLIENT_IP -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
+                 -o BatchMode=yes -o LogLevel=ERROR -o ConnectTimeout=60)
+    ok=1 sessions=0
+    for mode in no-reexec reexec; do
+        flags=(); [[ $mode == no-reexec ]] && flags=(-r)
+        read -ra sprefix <<<"$(RDMA_UPGRADE_DELAY= qpsock_prefix "$LOG/sshd.$mode.qplog")"
+        start_bg "$LOG/sshd.$mode.out" "${sprefix[@]}" "$(command -v sshd)" "${flags[@]}" -D -e -f /dev/null \
+            -h "$LOG/ssh/host_key" -p 5801 -o ListenAddress=$SERVER_IP -o AuthorizedKeysFile="$LOG/ssh/authorized_keys" \
+            -o StrictModes=no -o PidFile="$LOG/ssh/sshd.$mode.pid"
+        sshd_pid=$BG
+        wait_listening 5801 20 || { ok=0; echo "  sshd ($mode) did not listen"; }
+        runs=(upload download); [[ $mode == reexec ]] && runs=(upload)
+        for run in "${runs[@]}"; do
+            read -ra cprefix <<<"$(RDMA_UPGRADE_DELAY= qpsock_prefix "$LOG/ssh.$mode.$run.qplog")"
+            if [[ $run == upload ]]; then
+                got=$(timeout -k 5 120 "${cprefix[@]}" ssh "${ssh_options[@]}" root@$SERVER_IP sha256sum \
+                    <"$LOG/ssh/payload" 2>"$LOG/ssh.$mode.$run.err" | cut -d' ' -f1)
+            else
+                got=$(timeout -k 5 120 "${cprefix[@]}" ssh "${ssh_options[@]}" root@$SERVER_IP cat "$LOG/ssh/payload" \
+                    2>"$LOG/ssh.$mode.$run.err" | sha256sum | cut -d' ' -f1)
+            fi
+            if [[ $got == "$want" ]]; then sessions=$((sessions + 1))
+            else ok=0; echo "  ssh $run ($mode sshd): sha256 ${got:0:16} ($(head -c 200 "$LOG/ssh.$mode.$run.err"))"; fi
+        done
+        kill "$sshd_pid" 2>/dev/null; reap "$sshd_pid" 10
+    done
+    declined=$(grep -c "a child process forked since the connection was made holds the socket" "$LOG/sshd.no-reexec.qplog" 2>/dev/null || true)
+    refused=$(cat "$LOG"/sshd.*.qplog | grep -c "cannot be used here" || true)
+    if ((ok && sessions == 3 && declined == 2 && refused == 0)); then
+        pass "sshd -r under qpsock, its network child forked after the first exchange: 2 ssh sessions moved 1 MiB each way intact, the server declined both upgrades for the child's sake (TCP, nothing refused); re-exec'd sshd: 1 session intact"
+    else
+        fail "sshd: $sessions of 3 sessions intact, $declined of 2 upgrades declined for the network child, $refused calls refused"
+        show "$LOG/sshd.no-reexec.out" "$LOG/sshd.no-reexec.qplog" "$LOG/ssh.no-reexec.upload.err"
+    fi
+else
+    echo "SKIP: sshd (openssh-server) is not installed"
 fi
 
 # --- 10. Java: a blocking server and an NIO server, 16 clients each --------
