@@ -57,6 +57,11 @@ class UpgradeAgent : public HelperLock {
   // without the lock (open_planned_listener puts them back).
   void take_planned_locked(std::vector<Offer>& due);
   void open_planned_listener(Offer offer);
+  // Opens every planned listener due by now (within kEarlyBy): between
+  // answers too, since one answer (an rdma_cm accept until established)
+  // takes 30-250 ms over Soft-RoCE, and a listener opened after its server
+  // came costs that connection its upgrade.
+  void open_due_listeners();
   // How long the agent may sleep (and notes when it wakes at the latest).
   int sleep_ms_locked();
 
@@ -158,7 +163,21 @@ void UpgradeAgent::take_planned_locked(std::vector<Offer>& due) {
   }
 }
 
+void UpgradeAgent::open_due_listeners() {
+  std::vector<Offer> due;
+  {
+    std::lock_guard lock(mutex_);
+    take_planned_locked(due);
+  }
+  for (Offer& offer : due) open_planned_listener(std::move(offer));
+}
+
 void UpgradeAgent::open_planned_listener(Offer offer) {
+  // Closed while an answer ran: never opened.
+  if (offer.connection.expired()) {
+    close_offer(offer, "closed before its upgrade");
+    return;
+  }
   const RdmaListenerPlan plan = *offer.listeners.planned_rdma;
   offer.listeners.planned_rdma.reset();
   const char* reason = nullptr;
@@ -196,7 +215,7 @@ void UpgradeAgent::run() {
       sleep_ms = sleep_ms_locked();
     }
     const int ready = next::epoll_wait(epoll_fd_, events, 8, sleep_ms);
-    std::vector<Offer> expired, same_host, rdma, planned;
+    std::vector<Offer> expired, same_host, rdma;
     {
       std::lock_guard lock(mutex_);
       for (int index = 0; index < ready; ++index) {
@@ -215,16 +234,21 @@ void UpgradeAgent::run() {
       }
       // Closed connections first: their planned listeners are never opened.
       expire_locked(expired);
-      take_planned_locked(planned);
     }
     for (Offer& offer : expired) {
       if (!offer.connection.expired())
         QPSOCK_LOG(debug, "fd %d: no qpsock server came to upgrade it; it stays on TCP", offer.tcp_fd);
       close_offer(offer, "no qpsock peer came within upgrade_timeout");
     }
-    for (Offer& offer : planned) open_planned_listener(std::move(offer));
-    for (Offer& offer : same_host) answer_same_host(std::move(offer));
-    for (Offer& offer : rdma) answer_rdma(std::move(offer));
+    open_due_listeners();
+    for (Offer& offer : same_host) {
+      answer_same_host(std::move(offer));
+      open_due_listeners();
+    }
+    for (Offer& offer : rdma) {
+      answer_rdma(std::move(offer));
+      open_due_listeners();
+    }
   }
 }
 
