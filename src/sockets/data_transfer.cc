@@ -92,6 +92,23 @@ ssize_t copy_into_connection(upgrade::Connection& connection, int out_fd, int in
   return sent;
 }
 
+// sendfile, sendfile64 and splice into a connection: `kernel_send(most)`,
+// the kernel's own call for at most `most` bytes, while the sending
+// direction is on TCP; once it has switched, the bytes are copied into the
+// stream from `in_fd` (at `*offset`, advanced, or at its file position).
+template <typename Offset, typename KernelSend>
+ssize_t send_file_into(upgrade::Connection& connection, int out_fd, int in_fd, Offset* offset,
+                       size_t count, KernelSend kernel_send) {
+  if (const auto sent = connection.send_by_kernel(
+          out_fd, [&] { return kernel_send(std::min(count, kKernelSendLimit)); }))
+    return *sent;
+  off64_t position = offset != nullptr ? *offset : 0;
+  const ssize_t sent =
+      copy_into_connection(connection, out_fd, in_fd, offset != nullptr ? &position : nullptr, count);
+  if (offset != nullptr) *offset = static_cast<Offset>(position);
+  return sent;
+}
+
 }  // namespace
 
 // read and readv of nothing return 0 at once on a socket, whatever is queued
@@ -273,41 +290,27 @@ int recvmmsg(int fd, mmsghdr* messages, unsigned int count, int flags, timespec*
 }
 
 ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
-  if (auto connection = upgrade::connection_for_io(out_fd)) {
-    if (const auto sent = connection->send_by_kernel(out_fd, [&] {
-          return next::sendfile(out_fd, in_fd, offset, std::min(count, kKernelSendLimit));
-        }))
-      return *sent;
-    off64_t position = offset != nullptr ? *offset : 0;
-    const ssize_t sent =
-        copy_into_connection(*connection, out_fd, in_fd, offset ? &position : nullptr, count);
-    if (offset != nullptr) *offset = static_cast<off_t>(position);
-    return sent;
-  }
+  if (auto connection = upgrade::connection_for_io(out_fd))
+    return send_file_into(*connection, out_fd, in_fd, offset, count, [&](size_t most) {
+      return next::sendfile(out_fd, in_fd, offset, most);
+    });
   return count_sent(out_fd, next::sendfile(out_fd, in_fd, offset, count));
 }
 
 ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
-  if (auto connection = upgrade::connection_for_io(out_fd)) {
-    if (const auto sent = connection->send_by_kernel(out_fd, [&] {
-          return next::sendfile64(out_fd, in_fd, offset, std::min(count, kKernelSendLimit));
-        }))
-      return *sent;
-    return copy_into_connection(*connection, out_fd, in_fd, offset, count);
-  }
+  if (auto connection = upgrade::connection_for_io(out_fd))
+    return send_file_into(*connection, out_fd, in_fd, offset, count, [&](size_t most) {
+      return next::sendfile64(out_fd, in_fd, offset, most);
+    });
   return count_sent(out_fd, next::sendfile64(out_fd, in_fd, offset, count));
 }
 
 ssize_t splice(int in_fd, loff_t* in_offset, int out_fd, loff_t* out_offset, size_t count,
                unsigned int flags) {
-  if (auto connection = upgrade::connection_for_io(out_fd)) {
-    if (const auto sent = connection->send_by_kernel(out_fd, [&] {
-          return next::splice(in_fd, in_offset, out_fd, out_offset,
-                              std::min(count, kKernelSendLimit), flags);
-        }))
-      return *sent;
-    return copy_into_connection(*connection, out_fd, in_fd, in_offset, count);
-  }
+  if (auto connection = upgrade::connection_for_io(out_fd))
+    return send_file_into(*connection, out_fd, in_fd, in_offset, count, [&](size_t most) {
+      return next::splice(in_fd, in_offset, out_fd, out_offset, most, flags);
+    });
   if (auto connection = upgrade::connection_for_io(in_fd)) {
     std::vector<char> buffer(std::min(count, kCopyChunk));
     // Never take more than the pipe can hold at once, so nothing read is lost.
