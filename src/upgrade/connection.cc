@@ -14,6 +14,7 @@
 #include "stream/control_doorbell.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/doorbell_watcher.h"
+#include "upgrade/forked_children.h"
 #include "upgrade/random_token.h"
 
 namespace qpsock::upgrade {
@@ -24,8 +25,23 @@ Connection::~Connection() = default;
 
 bool Connection::begin_negotiation() {
   UpgradePhase expected = UpgradePhase::offered;
+  // Sequentially consistent, as note_fork and forked_before_attempt are.
   return phase_.compare_exchange_strong(expected, UpgradePhase::negotiating,
-                                        std::memory_order_acq_rel);
+                                        std::memory_order_seq_cst);
+}
+
+bool Connection::claim_server_attempt() {
+  // A fork under way, or begun meanwhile, may have copied the claim into its
+  // child without noting it here (note_fork runs before each fork): noted
+  // now. Forks begun after the last look see the claim themselves.
+  const ForkCounts before = fork_counts();
+  ServerAttempt expected = ServerAttempt::none;
+  if (!server_attempt_.compare_exchange_strong(expected, ServerAttempt::claimed,
+                                               std::memory_order_seq_cst))
+    return false;
+  if (before.begun != before.ended || fork_counts().begun != before.begun)
+    forked_before_attempt_.store(true, std::memory_order_seq_cst);
+  return true;
 }
 
 void Connection::decline(const char* reason) {
@@ -334,19 +350,13 @@ void Connection::abandon_inherited_stream() {
     // Deliberately never destroyed in this process (see the header).
     static_cast<void>(stream_.release());
   } else if (phase() == UpgradePhase::offered) {
-    switch (server_attempt_.load(std::memory_order_acquire)) {
-      case ServerAttempt::none:
-        return;  // on TCP, or to be upgraded by whichever process makes the first I/O
-      case ServerAttempt::deferred:
-        // No thread of this process may try it, and the child may be
-        // sandboxed (sshd's privilege separation forks its network child
-        // right after the first exchange): TCP, as the parent's worker will
-        // decide too unless the parent has closed its copy by then.
-        decline("the process that forked this one tries its upgrade");
-        return;
-      case ServerAttempt::claimed:
-        break;  // a handshake about to begin in a thread of the parent's
-    }
+    if (server_attempt_.load(std::memory_order_seq_cst) == ServerAttempt::none)
+      return;  // on TCP, or to be upgraded by whichever process makes the first I/O
+    // The parent's, which declines it (note_fork). No thread of this process
+    // may try it, and the child may be sandboxed (sshd's privilege
+    // separation forks its network child right after the first exchange).
+    decline("the process that forked this one had claimed its upgrade");
+    return;
   } else if (phase() != UpgradePhase::negotiating) {
     return;  // on TCP for good
   }

@@ -57,17 +57,25 @@ class Connection {
   bool begin_negotiation();
   // The server's attempt belongs to this process from its first I/O on: true
   // once, for the call that makes it.
-  bool claim_server_attempt() {
-    ServerAttempt expected = ServerAttempt::none;
-    return server_attempt_.compare_exchange_strong(expected, ServerAttempt::claimed,
-                                                   std::memory_order_acq_rel);
-  }
+  bool claim_server_attempt();
   // Over RDMA the claimed attempt begins (begin_negotiation) only
   // rdma_upgrade_delay later, in the upgrade worker, which first looks for
   // forked children holding the socket. Until then the phase stays offered,
   // so that a child forked meanwhile, or a descriptor passed meanwhile,
   // keeps TCP rather than a negotiation it cannot follow.
   void defer_server_attempt() { server_attempt_.store(ServerAttempt::deferred, std::memory_order_release); }
+  // This process is about to fork (or spawn a program) while the server's
+  // attempt is claimed and not begun: the child, or a child of its that
+  // outlives it, may use the socket over TCP, out of the parent's sight, so
+  // the attempt declines when it would begin (forked_children.h). Sequentially
+  // consistent with begin_negotiation: either the attempt sees the mark, or
+  // the child's copy of the phase is already `negotiating`.
+  void note_fork() {
+    if (server_attempt_.load(std::memory_order_seq_cst) != ServerAttempt::none &&
+        phase_.load(std::memory_order_seq_cst) == UpgradePhase::offered)
+      forked_before_attempt_.store(true, std::memory_order_seq_cst);
+  }
+  bool forked_before_attempt() const { return forked_before_attempt_.load(std::memory_order_seq_cst); }
   // Stays on TCP for good; `reason` (a string literal) goes to qpsock-stat.
   void decline(const char* reason);
   // The same, only if no handshake has begun (a handshake's thread installs
@@ -132,11 +140,10 @@ class Connection {
   // without touching it (its memory stays allocated) and its calls on the
   // connection fail with ECONNRESET; close and exec leave the parent's
   // connection as it is. The same for an upgrade under way at the fork (a
-  // thread of the parent's finishes it), or about to begin. A server's
-  // attempt the parent deferred to its worker is the parent's too, but the
-  // child's copy stays on TCP: the parent's worker, finding the socket in
-  // the child, declines it as well. Idempotent; runs in the child before any
-  // other call.
+  // thread of the parent's finishes it). A server's attempt the parent has
+  // claimed and not begun is the parent's too, but the child's copy stays on
+  // TCP: the parent, which noted the fork (note_fork), declines it as well
+  // when it would begin. Idempotent; runs in the child before any other call.
   void abandon_inherited_stream();
   // A socket a new program inherited across exec from such a child
   // (upgrade/inherited_streams.h): refused alike, and it has no stream here.
@@ -232,6 +239,7 @@ class Connection {
   std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
   enum class ServerAttempt : uint8_t { none, claimed, deferred };
   std::atomic<ServerAttempt> server_attempt_{ServerAttempt::none};
+  std::atomic<bool> forked_before_attempt_{false};
   std::atomic<stats::Handle> statistics_{0};
   std::atomic<uint64_t> zero_copy_counted_[2] = {};  // [stats::Direction]
   std::atomic<const char*> decline_reason_{nullptr};

@@ -16,6 +16,8 @@ constexpr uint32_t kRemembered = 64;
 
 struct ForkedChildren {
   std::atomic<uint32_t> forks_under_way{0};
+  std::atomic<uint64_t> forks_begun{0};
+  std::atomic<uint64_t> forks_ended{0};
   std::atomic<uint64_t> recorded{0};
   std::atomic<pid_t> pids[kRemembered] = {};
 };
@@ -29,7 +31,18 @@ ForkedChildren& children() {
 
 }  // namespace
 
-void fork_starting() { children().forks_under_way.fetch_add(1, std::memory_order_acq_rel); }
+void fork_starting() {
+  children().forks_under_way.fetch_add(1, std::memory_order_acq_rel);
+  children().forks_begun.fetch_add(1, std::memory_order_seq_cst);
+  visit_connections([](int, Connection& connection) { connection.note_fork(); });
+}
+
+ForkCounts fork_counts() {
+  ForkedChildren& all = children();
+  // Ended first: a fork that ends between the two loads is then seen begun and not ended.
+  const uint64_t ended = all.forks_ended.load(std::memory_order_seq_cst);
+  return {all.forks_begun.load(std::memory_order_seq_cst), ended};
+}
 
 void fork_finished(pid_t result) {
   ForkedChildren& all = children();
@@ -37,6 +50,8 @@ void fork_finished(pid_t result) {
     // The child's own children are its to count; its parent's fork is over.
     for (std::atomic<pid_t>& pid : all.pids) pid.store(0, std::memory_order_relaxed);
     all.recorded.store(0, std::memory_order_relaxed);
+    all.forks_begun.store(0, std::memory_order_relaxed);
+    all.forks_ended.store(0, std::memory_order_relaxed);
     all.forks_under_way.store(0, std::memory_order_release);
     return;
   }
@@ -44,6 +59,7 @@ void fork_finished(pid_t result) {
     const uint64_t slot = all.recorded.fetch_add(1, std::memory_order_acq_rel) % kRemembered;
     all.pids[slot].store(result, std::memory_order_release);
   }
+  all.forks_ended.fetch_add(1, std::memory_order_seq_cst);
   all.forks_under_way.fetch_sub(1, std::memory_order_acq_rel);
 }
 
@@ -97,6 +113,15 @@ bool declined_for_a_forked_child(Connection& connection, int tcp_fd, uint64_t tc
   QPSOCK_LOG(info, "fd %d: a child process forked since the connection was made holds the "
              "socket; the connection stays on TCP", tcp_fd);
   connection.decline("a forked child holds the socket");
+  return true;
+}
+
+bool declined_for_a_fork_since_claimed(Connection& connection, int tcp_fd) {
+  if (!connection.forked_before_attempt()) return false;
+  QPSOCK_LOG(info, "fd %d: this process forked (or started a program) after the connection's "
+             "first I/O and before its upgrade began; the child may use the socket: the "
+             "connection stays on TCP", tcp_fd);
+  connection.decline("a child was forked before its upgrade began");
   return true;
 }
 

@@ -22,6 +22,16 @@ class Connection;
 void fork_starting();
 void fork_finished(pid_t result);
 
+// How many forks (and spawns) this process has begun and ended: equal when
+// none is under way. fork_starting counts one begun, then lets every
+// connection note the fork (Connection::note_fork), then the fork copies
+// the process.
+struct ForkCounts {
+  uint64_t begun;
+  uint64_t ended;
+};
+ForkCounts fork_counts();
+
 // Whether a child this process forked (one of the last 64 forked or spawned
 // while it had connections: a process that starts many programs may push an
 // old child out) keeps the socket with `inode`: one of the children that
@@ -43,5 +53,12 @@ bool forked_child_keeps_socket(uint64_t inode);
 // whatever its outcome) and once more right after, for a child forked in
 // between. False: go on.
 bool declined_for_a_forked_child(Connection& connection, int tcp_fd, uint64_t tcp_socket_inode);
+
+// A server's attempt about to begin: declined if this process forked (or
+// spawned a program) since the attempt was claimed (Connection::note_fork).
+// The child's copy stays on TCP, and so may a grandchild's after the child
+// has exited, where no look at this process's children would find it.
+// False: go on.
+bool declined_for_a_fork_since_claimed(Connection& connection, int tcp_fd);
 
 }  // namespace qpsock::upgrade

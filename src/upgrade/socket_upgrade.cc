@@ -10,6 +10,7 @@
 #include "libc/next_symbols.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/connection_reset.h"
+#include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
 #include "upgrade/io_uring_detector.h"
 #include "upgrade/side_channel.h"
@@ -72,7 +73,8 @@ void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
       connection->decline("same-host upgrades are off (same_host = kernel)");
       return;
     }
-    if (connection->begin_negotiation()) try_same_host_upgrade(fd, *connection, client_inode);
+    if (connection->begin_negotiation() && !declined_for_a_fork_since_claimed(*connection, fd))
+      try_same_host_upgrade(fd, *connection, client_inode);
     return;
   }
   // Begins in the worker, rdma_upgrade_delay from now.

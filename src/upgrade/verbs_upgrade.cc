@@ -97,9 +97,10 @@ void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_pt
   {
     // Closed within rdma_upgrade_delay: nothing was asked of the fabric.
     std::shared_ptr<Connection> connection = weak.lock();
-    if (connection == nullptr ||
+    if (connection == nullptr || declined_for_a_fork_since_claimed(*connection, tcp_fd) ||
         declined_for_a_forked_child(*connection, tcp_fd, tcp_socket_inode) ||
         !connection->begin_negotiation() ||  // declined meanwhile (passed to another process)
+        declined_for_a_fork_since_claimed(*connection, tcp_fd) ||
         declined_for_a_forked_child(*connection, tcp_fd, tcp_socket_inode))
       return;
   }

@@ -21,6 +21,7 @@
 #include "readiness/upgraded_poll.h"
 #include "stream/loopback_stream_pair.h"
 #include "upgrade/connection_registry.h"
+#include "upgrade/forked_children.h"
 #include "upgrade/inherited_streams.h"
 #include "upgrade/socket_upgrade.h"
 
@@ -253,14 +254,17 @@ class ServerConnectionAfterFork : public ::testing::Test {
     close(sockets[1]);
   }
 
-  // Forks; the child runs the fork wrapper's first step, then `in_child`
-  // (its findings, one bit each, are its exit status).
+  // Forks as the fork wrapper does (the test is not preloaded); the child
+  // runs `in_child`, whose findings, one bit each, are its exit status.
   int child_findings(int (*in_child)(Connection&, int)) {
+    fork_starting();
     const pid_t child = fork();
     if (child == 0) {
       connections_after_fork_in_child();
+      fork_finished(0);
       _exit(in_child(*connection, sockets[0]));
     }
+    fork_finished(child);
     int status = 0;
     if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
@@ -270,7 +274,7 @@ class ServerConnectionAfterFork : public ::testing::Test {
   std::shared_ptr<Connection> connection;
 };
 
-enum KernelPathFinding : int { kNotDeclined = 1, kSendRefused = 2, kClaimedAgain = 4 };
+enum KernelPathFinding : int { kNotDeclined = 1, kSendRefused = 2 };
 
 int uses_the_kernel(Connection& connection, int fd) {
   int findings = 0;
@@ -278,40 +282,54 @@ int uses_the_kernel(Connection& connection, int fd) {
   char byte = 'c';
   const iovec piece{&byte, 1};
   if (connection.send(fd, {&piece, 1}, MSG_DONTWAIT) != 1) findings |= kSendRefused;
-  if (connection.claim_server_attempt()) findings |= kClaimedAgain;
   return findings;
 }
 
 // sshd without re-exec: its connection's process reads the client's banner
 // (the first I/O, which defers the RDMA attempt rdma_upgrade_delay to the
 // worker), then forks its sandboxed network child, which does the rest. The
-// child must stay on TCP, making no call of qpsock's own; before, it found
-// the upgrade "under way" and every call failed with ECONNRESET.
+// child must stay on TCP, making no call of qpsock's own, and the parent's
+// attempt must decline when due; before, the child found the upgrade
+// "under way" and every call failed with ECONNRESET.
 TEST_F(ServerConnectionAfterFork, AChildForkedWhileTheParentsAttemptWaitsInTheWorkerStaysOnTcp) {
   ASSERT_TRUE(connection->claim_server_attempt());
   connection->defer_server_attempt();
+  EXPECT_FALSE(connection->forked_before_attempt());
   EXPECT_EQ(child_findings(uses_the_kernel), 0)
-      << "findings (bits): 1 not declined, 2 its send did not reach the kernel, 4 it could try again";
+      << "findings (bits): 1 not declined, 2 its send did not reach the kernel";
   char byte = 0;
   EXPECT_EQ(recv(sockets[1], &byte, 1, MSG_DONTWAIT), 1);
   EXPECT_EQ(byte, 'c');
-  // The parent's attempt is still its own to make (its worker then finds the child).
-  EXPECT_EQ(connection->phase(), UpgradePhase::offered);
-  EXPECT_TRUE(connection->begin_negotiation());
+  EXPECT_TRUE(connection->forked_before_attempt()) << "the parent would go on to upgrade";
+  EXPECT_TRUE(declined_for_a_fork_since_claimed(*connection, sockets[0]));
+  EXPECT_EQ(connection->phase(), UpgradePhase::declined);
 }
 
-int refused(Connection& connection, int fd) {
-  char byte = 'c';
-  const iovec piece{&byte, 1};
-  errno = 0;
-  return connection.send(fd, {&piece, 1}, MSG_DONTWAIT) == -1 && errno == ECONNRESET ? 0 : 1;
-}
-
-// A same-host handshake claimed and about to begin in a thread of the
-// parent's is as good as under way: the parent does not look for children.
-TEST_F(ServerConnectionAfterFork, AChildForkedAsTheParentsHandshakeBeginsIsRefused) {
+// Claimed and not yet deferred (the same-host handshake about to begin, or
+// the RDMA attempt's checks still running): the same for both.
+TEST_F(ServerConnectionAfterFork, AChildForkedRightAfterTheClaimStaysOnTcpAndSoDoesTheParent) {
   ASSERT_TRUE(connection->claim_server_attempt());
-  EXPECT_EQ(child_findings(refused), 0) << "the child's send was not refused with ECONNRESET";
+  EXPECT_EQ(child_findings(uses_the_kernel), 0)
+      << "findings (bits): 1 not declined, 2 its send did not reach the kernel";
+  EXPECT_TRUE(connection->forked_before_attempt());
+}
+
+// A fork under way in another thread when the claim is made may already
+// have copied the claim into its child, past the fork's own look.
+TEST_F(ServerConnectionAfterFork, AClaimMadeWhileAForkIsUnderWayNotesTheFork) {
+  fork_starting();
+  const bool claimed = connection->claim_server_attempt();
+  fork_finished(-1);
+  ASSERT_TRUE(claimed);
+  EXPECT_TRUE(connection->forked_before_attempt());
+}
+
+TEST_F(ServerConnectionAfterFork, AClaimWithNoForkAroundItIsNotMarked) {
+  ASSERT_TRUE(connection->claim_server_attempt());
+  EXPECT_FALSE(connection->claim_server_attempt()) << "claimed twice";
+  EXPECT_FALSE(connection->forked_before_attempt());
+  EXPECT_FALSE(declined_for_a_fork_since_claimed(*connection, sockets[0]));
+  EXPECT_TRUE(connection->begin_negotiation());
 }
 
 enum OwnAttemptFinding : int { kNotOffered = 1, kCannotClaim = 2 };
@@ -327,6 +345,7 @@ int may_claim(Connection& connection, int) {
 // child's first I/O is the first of all, and the upgrade is the child's.
 TEST_F(ServerConnectionAfterFork, AChildForkedBeforeAnyIoMakesTheAttemptItself) {
   EXPECT_EQ(child_findings(may_claim), 0) << "findings (bits): 1 not offered, 2 could not claim";
+  EXPECT_FALSE(connection->forked_before_attempt());
 }
 
 }  // namespace

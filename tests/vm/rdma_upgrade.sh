@@ -762,8 +762,8 @@ fi
 # process (its first I/O, which schedules the server's RDMA attempt for
 # rdma_upgrade_delay later), then forks its privilege-separated network
 # child, which runs under a seccomp filter and does all the rest. The
-# parent's attempt, finding the socket in that child, must decline: both stay
-# on TCP, and the child's calls reach the kernel with no call of qpsock's own.
+# parent's attempt, made after that fork, must decline: both stay on TCP, and
+# the child's calls reach the kernel with no call of qpsock's own.
 # Before, the child found the upgrade under way and had every call refused
 # (its log line's getppid() was enough for the filter to kill it). sshd as
 # started by default (re-exec'd per connection) is run once too: its
@@ -801,10 +801,10 @@ if command -v sshd >/dev/null && command -v ssh >/dev/null && id sshd >/dev/null
         done
         kill "$sshd_pid" 2>/dev/null; reap "$sshd_pid" 10
     done
-    declined=$(grep -c "a child process forked since the connection was made holds the socket" "$LOG/sshd.no-reexec.qplog" 2>/dev/null || true)
+    declined=$(grep -c "forked (or started a program) after the connection's first I/O and before its upgrade began" "$LOG/sshd.no-reexec.qplog" 2>/dev/null || true)
     refused=$(cat "$LOG"/sshd.*.qplog | grep -c "cannot be used here" || true)
     if ((ok && sessions == 3 && declined == 2 && refused == 0)); then
-        pass "sshd -r under qpsock, its network child forked after the first exchange: 2 ssh sessions moved 1 MiB each way intact, the server declined both upgrades for the child's sake (TCP, nothing refused); re-exec'd sshd: 1 session intact"
+        pass "sshd -r under qpsock, its network child forked after the first exchange: 2 ssh sessions moved 1 MiB each way intact, the server declined both upgrades, forked before they began (TCP, nothing refused); re-exec'd sshd: 1 session intact"
     else
         fail "sshd: $sessions of 3 sessions intact, $declined of 2 upgrades declined for the network child, $refused calls refused"
         show "$LOG/sshd.no-reexec.out" "$LOG/sshd.no-reexec.qplog" "$LOG/ssh.no-reexec.upload.err"
