@@ -212,13 +212,23 @@ auto with_inherited_environ(Call call) {
 
 }  // namespace
 
+// system and popen start a shell that holds this process's sockets (those
+// not close-on-exec) without a fork or exec qpsock sees: counted as forks,
+// so that a server's upgrade claimed before declines (a child of the shell
+// may go on using the socket); their children are not remembered.
 int system(const char* command) {
   if (command == nullptr) return next::system(command);  // "is a shell available?"
-  return with_inherited_environ([&] { return next::system(command); });
+  upgrade::fork_starting();
+  const int result = with_inherited_environ([&] { return next::system(command); });
+  upgrade::fork_finished(-1);
+  return result;
 }
 
 FILE* popen(const char* command, const char* mode) {
-  return with_inherited_environ([&] { return next::popen(command, mode); });
+  upgrade::fork_starting();
+  FILE* const stream = with_inherited_environ([&] { return next::popen(command, mode); });
+  upgrade::fork_finished(-1);
+  return stream;
 }
 
 namespace {

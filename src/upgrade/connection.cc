@@ -25,23 +25,30 @@ Connection::~Connection() = default;
 
 bool Connection::begin_negotiation() {
   UpgradePhase expected = UpgradePhase::offered;
-  // Sequentially consistent, as note_fork and forked_before_attempt are.
+  // Sequentially consistent, as the fork counts are: a fork counted after
+  // forked_since_claimed looked copies a phase that is no longer offered.
   return phase_.compare_exchange_strong(expected, UpgradePhase::negotiating,
                                         std::memory_order_seq_cst);
 }
 
 bool Connection::claim_server_attempt() {
-  // A fork under way, or begun meanwhile, may have copied the claim into its
-  // child without noting it here (note_fork runs before each fork): noted
-  // now. Forks begun after the last look see the claim themselves.
+  // The fork counts before the claim: a fork that copies the claim into its
+  // child was under way then, or begins after this look (fork_counts).
   const ForkCounts before = fork_counts();
   ServerAttempt expected = ServerAttempt::none;
   if (!server_attempt_.compare_exchange_strong(expected, ServerAttempt::claimed,
                                                std::memory_order_seq_cst))
     return false;
-  if (before.begun != before.ended || fork_counts().begun != before.begun)
-    forked_before_attempt_.store(true, std::memory_order_seq_cst);
+  // Stored by the one claim that won: its attempt is made later by this thread's job.
+  forks_at_claim_.store(before.begun != before.ended ? kForkedWhileClaiming : before.begun,
+                        std::memory_order_seq_cst);
   return true;
+}
+
+bool Connection::forked_since_claimed() const {
+  if (server_attempt_.load(std::memory_order_seq_cst) == ServerAttempt::none) return false;
+  const uint64_t at_claim = forks_at_claim_.load(std::memory_order_seq_cst);
+  return at_claim == kForkedWhileClaiming || fork_counts().begun != at_claim;
 }
 
 void Connection::decline(const char* reason) {
@@ -352,7 +359,7 @@ void Connection::abandon_inherited_stream() {
   } else if (phase() == UpgradePhase::offered) {
     if (server_attempt_.load(std::memory_order_seq_cst) == ServerAttempt::none)
       return;  // on TCP, or to be upgraded by whichever process makes the first I/O
-    // The parent's, which declines it (note_fork). No thread of this process
+    // The parent's, which declines it (forked_since_claimed). No thread of this process
     // may try it, and the child may be sandboxed (sshd's privilege
     // separation forks its network child right after the first exchange).
     decline("the process that forked this one had claimed its upgrade");

@@ -64,18 +64,13 @@ class Connection {
   // so that a child forked meanwhile, or a descriptor passed meanwhile,
   // keeps TCP rather than a negotiation it cannot follow.
   void defer_server_attempt() { server_attempt_.store(ServerAttempt::deferred, std::memory_order_release); }
-  // This process is about to fork (or spawn a program) while the server's
-  // attempt is claimed and not begun: the child, or a child of its that
-  // outlives it, may use the socket over TCP, out of the parent's sight, so
-  // the attempt declines when it would begin (forked_children.h). Sequentially
-  // consistent with begin_negotiation: either the attempt sees the mark, or
-  // the child's copy of the phase is already `negotiating`.
-  void note_fork() {
-    if (server_attempt_.load(std::memory_order_seq_cst) != ServerAttempt::none &&
-        phase_.load(std::memory_order_seq_cst) == UpgradePhase::offered)
-      forked_before_attempt_.store(true, std::memory_order_seq_cst);
-  }
-  bool forked_before_attempt() const { return forked_before_attempt_.load(std::memory_order_seq_cst); }
+  // Whether this process has forked (or started a program) since the
+  // attempt was claimed, or was forking as it was claimed: the child, or a
+  // child of its that outlives it, may use the socket over TCP out of this
+  // process's sight, so the attempt declines when it would begin
+  // (forked_children.h). Looked at after begin_negotiation: a fork counted
+  // later copies a phase that is no longer offered.
+  bool forked_since_claimed() const;
   // Stays on TCP for good; `reason` (a string literal) goes to qpsock-stat.
   void decline(const char* reason);
   // The same, only if no handshake has begun (a handshake's thread installs
@@ -142,8 +137,8 @@ class Connection {
   // connection as it is. The same for an upgrade under way at the fork (a
   // thread of the parent's finishes it). A server's attempt the parent has
   // claimed and not begun is the parent's too, but the child's copy stays on
-  // TCP: the parent, which noted the fork (note_fork), declines it as well
-  // when it would begin. Idempotent; runs in the child before any other call.
+  // TCP: the parent, seeing the fork (forked_since_claimed), declines it as
+  // well when it would begin. Idempotent; runs in the child before any other call.
   void abandon_inherited_stream();
   // A socket a new program inherited across exec from such a child
   // (upgrade/inherited_streams.h): refused alike, and it has no stream here.
@@ -239,7 +234,10 @@ class Connection {
   std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
   enum class ServerAttempt : uint8_t { none, claimed, deferred };
   std::atomic<ServerAttempt> server_attempt_{ServerAttempt::none};
-  std::atomic<bool> forked_before_attempt_{false};
+  // The forks begun when the attempt was claimed; kForkedWhileClaiming if
+  // one was under way then.
+  static constexpr uint64_t kForkedWhileClaiming = ~uint64_t{0};
+  std::atomic<uint64_t> forks_at_claim_{0};
   std::atomic<stats::Handle> statistics_{0};
   std::atomic<uint64_t> zero_copy_counted_[2] = {};  // [stats::Direction]
   std::atomic<const char*> decline_reason_{nullptr};

@@ -34,7 +34,6 @@ ForkedChildren& children() {
 void fork_starting() {
   children().forks_under_way.fetch_add(1, std::memory_order_acq_rel);
   children().forks_begun.fetch_add(1, std::memory_order_seq_cst);
-  visit_connections([](int, Connection& connection) { connection.note_fork(); });
 }
 
 ForkCounts fork_counts() {
@@ -117,7 +116,7 @@ bool declined_for_a_forked_child(Connection& connection, int tcp_fd, uint64_t tc
 }
 
 bool declined_for_a_fork_since_claimed(Connection& connection, int tcp_fd) {
-  if (!connection.forked_before_attempt()) return false;
+  if (!connection.forked_since_claimed()) return false;
   QPSOCK_LOG(info, "fd %d: this process forked (or started a program) after the connection's "
              "first I/O and before its upgrade began; the child may use the socket: the "
              "connection stays on TCP", tcp_fd);

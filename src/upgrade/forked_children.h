@@ -22,10 +22,9 @@ class Connection;
 void fork_starting();
 void fork_finished(pid_t result);
 
-// How many forks (and spawns) this process has begun and ended: equal when
-// none is under way. fork_starting counts one begun, then lets every
-// connection note the fork (Connection::note_fork), then the fork copies
-// the process.
+// How many forks (and spawns, system and popen calls) this process has
+// begun and ended: equal when none is under way. fork_starting counts one
+// begun before the fork copies the process, fork_finished one ended after.
 struct ForkCounts {
   uint64_t begun;
   uint64_t ended;
@@ -55,7 +54,8 @@ bool forked_child_keeps_socket(uint64_t inode);
 bool declined_for_a_forked_child(Connection& connection, int tcp_fd, uint64_t tcp_socket_inode);
 
 // A server's attempt about to begin: declined if this process forked (or
-// spawned a program) since the attempt was claimed (Connection::note_fork).
+// started a program) since the attempt was claimed
+// (Connection::forked_since_claimed).
 // The child's copy stays on TCP, and so may a grandchild's after the child
 // has exited, where no look at this process's children would find it.
 // False: go on.

@@ -254,17 +254,11 @@ class ServerConnectionAfterFork : public ::testing::Test {
     close(sockets[1]);
   }
 
-  // Forks as the fork wrapper does (the test is not preloaded); the child
-  // runs `in_child`, whose findings, one bit each, are its exit status.
+  // Forks through the fork wrapper itself (the test is not preloaded); the
+  // child runs `in_child`, whose findings, one bit each, are its exit status.
   int child_findings(int (*in_child)(Connection&, int)) {
-    fork_starting();
-    const pid_t child = fork();
-    if (child == 0) {
-      connections_after_fork_in_child();
-      fork_finished(0);
-      _exit(in_child(*connection, sockets[0]));
-    }
-    fork_finished(child);
+    const pid_t child = process::fork();
+    if (child == 0) _exit(in_child(*connection, sockets[0]));
     int status = 0;
     if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
@@ -294,15 +288,22 @@ int uses_the_kernel(Connection& connection, int fd) {
 TEST_F(ServerConnectionAfterFork, AChildForkedWhileTheParentsAttemptWaitsInTheWorkerStaysOnTcp) {
   ASSERT_TRUE(connection->claim_server_attempt());
   connection->defer_server_attempt();
-  EXPECT_FALSE(connection->forked_before_attempt());
+  EXPECT_FALSE(connection->forked_since_claimed());
   EXPECT_EQ(child_findings(uses_the_kernel), 0)
       << "findings (bits): 1 not declined, 2 its send did not reach the kernel";
   char byte = 0;
   EXPECT_EQ(recv(sockets[1], &byte, 1, MSG_DONTWAIT), 1);
   EXPECT_EQ(byte, 'c');
-  EXPECT_TRUE(connection->forked_before_attempt()) << "the parent would go on to upgrade";
+  EXPECT_TRUE(connection->forked_since_claimed()) << "the parent would go on to upgrade";
   EXPECT_TRUE(declined_for_a_fork_since_claimed(*connection, sockets[0]));
   EXPECT_EQ(connection->phase(), UpgradePhase::declined);
+}
+
+// system() starts a shell that holds the socket without a fork qpsock sees.
+TEST_F(ServerConnectionAfterFork, ASystemCallAfterTheClaimCountsAsAFork) {
+  ASSERT_TRUE(connection->claim_server_attempt());
+  ASSERT_EQ(process::system("true"), 0);
+  EXPECT_TRUE(connection->forked_since_claimed());
 }
 
 // Claimed and not yet deferred (the same-host handshake about to begin, or
@@ -311,7 +312,7 @@ TEST_F(ServerConnectionAfterFork, AChildForkedRightAfterTheClaimStaysOnTcpAndSoD
   ASSERT_TRUE(connection->claim_server_attempt());
   EXPECT_EQ(child_findings(uses_the_kernel), 0)
       << "findings (bits): 1 not declined, 2 its send did not reach the kernel";
-  EXPECT_TRUE(connection->forked_before_attempt());
+  EXPECT_TRUE(connection->forked_since_claimed());
 }
 
 // A fork under way in another thread when the claim is made may already
@@ -321,31 +322,34 @@ TEST_F(ServerConnectionAfterFork, AClaimMadeWhileAForkIsUnderWayNotesTheFork) {
   const bool claimed = connection->claim_server_attempt();
   fork_finished(-1);
   ASSERT_TRUE(claimed);
-  EXPECT_TRUE(connection->forked_before_attempt());
+  EXPECT_TRUE(connection->forked_since_claimed());
 }
 
 TEST_F(ServerConnectionAfterFork, AClaimWithNoForkAroundItIsNotMarked) {
   ASSERT_TRUE(connection->claim_server_attempt());
   EXPECT_FALSE(connection->claim_server_attempt()) << "claimed twice";
-  EXPECT_FALSE(connection->forked_before_attempt());
+  EXPECT_FALSE(connection->forked_since_claimed());
   EXPECT_FALSE(declined_for_a_fork_since_claimed(*connection, sockets[0]));
   EXPECT_TRUE(connection->begin_negotiation());
 }
 
-enum OwnAttemptFinding : int { kNotOffered = 1, kCannotClaim = 2 };
+enum OwnAttemptFinding : int { kNotOffered = 1, kCannotClaim = 2, kClaimSeesAFork = 4 };
 
 int may_claim(Connection& connection, int) {
   int findings = 0;
   if (connection.phase() != UpgradePhase::offered) findings |= kNotOffered;
   if (!connection.claim_server_attempt()) findings |= kCannotClaim;
+  // The child's own fork counts start afresh: its parent's fork is not its.
+  if (connection.forked_since_claimed()) findings |= kClaimSeesAFork;
   return findings;
 }
 
 // socat's fork per connection: the parent accepts and forks at once; the
 // child's first I/O is the first of all, and the upgrade is the child's.
 TEST_F(ServerConnectionAfterFork, AChildForkedBeforeAnyIoMakesTheAttemptItself) {
-  EXPECT_EQ(child_findings(may_claim), 0) << "findings (bits): 1 not offered, 2 could not claim";
-  EXPECT_FALSE(connection->forked_before_attempt());
+  EXPECT_EQ(child_findings(may_claim), 0)
+      << "findings (bits): 1 not offered, 2 could not claim, 4 its claim counted its parent's fork";
+  EXPECT_FALSE(connection->forked_since_claimed());
 }
 
 }  // namespace
