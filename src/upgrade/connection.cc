@@ -35,10 +35,7 @@ bool Connection::claim_server_attempt() {
   // The fork counts before the claim: a fork that copies the claim into its
   // child was under way then, or begins after this look (fork_counts).
   const ForkCounts before = fork_counts();
-  ServerAttempt expected = ServerAttempt::none;
-  if (!server_attempt_.compare_exchange_strong(expected, ServerAttempt::claimed,
-                                               std::memory_order_seq_cst))
-    return false;
+  if (server_attempt_claimed_.exchange(true, std::memory_order_seq_cst)) return false;
   // Stored by the one claim that won: its attempt is made later by this thread's job.
   forks_at_claim_.store(before.begun != before.ended ? kForkedWhileClaiming : before.begun,
                         std::memory_order_seq_cst);
@@ -46,7 +43,7 @@ bool Connection::claim_server_attempt() {
 }
 
 bool Connection::forked_since_claimed() const {
-  if (server_attempt_.load(std::memory_order_seq_cst) == ServerAttempt::none) return false;
+  if (!server_attempt_claimed_.load(std::memory_order_seq_cst)) return false;
   const uint64_t at_claim = forks_at_claim_.load(std::memory_order_seq_cst);
   return at_claim == kForkedWhileClaiming || fork_counts().begun != at_claim;
 }
@@ -357,7 +354,7 @@ void Connection::abandon_inherited_stream() {
     // Deliberately never destroyed in this process (see the header).
     static_cast<void>(stream_.release());
   } else if (phase() == UpgradePhase::offered) {
-    if (server_attempt_.load(std::memory_order_seq_cst) == ServerAttempt::none)
+    if (!server_attempt_claimed_.load(std::memory_order_seq_cst))
       return;  // on TCP, or to be upgraded by whichever process makes the first I/O
     // The parent's, which declines it (forked_since_claimed). No thread of this process
     // may try it, and the child may be sandboxed (sshd's privilege

@@ -56,14 +56,12 @@ class Connection {
   // offered -> negotiating; false if another thread already started (or it is over).
   bool begin_negotiation();
   // The server's attempt belongs to this process from its first I/O on: true
-  // once, for the call that makes it.
+  // once, for the call that makes it. Over RDMA the attempt begins
+  // (begin_negotiation) only rdma_upgrade_delay later, in the upgrade
+  // worker; until then the phase stays offered, so that a child forked
+  // meanwhile, or a descriptor passed meanwhile, keeps TCP rather than a
+  // negotiation it cannot follow.
   bool claim_server_attempt();
-  // Over RDMA the claimed attempt begins (begin_negotiation) only
-  // rdma_upgrade_delay later, in the upgrade worker, which first looks for
-  // forked children holding the socket. Until then the phase stays offered,
-  // so that a child forked meanwhile, or a descriptor passed meanwhile,
-  // keeps TCP rather than a negotiation it cannot follow.
-  void defer_server_attempt() { server_attempt_.store(ServerAttempt::deferred, std::memory_order_release); }
   // Whether this process has forked (or started a program) since the
   // attempt was claimed, or was forking as it was claimed: the child, or a
   // child of its that outlives it, may use the socket over TCP out of this
@@ -232,8 +230,7 @@ class Connection {
   std::atomic<bool> inherited_stream_{false};
   std::atomic<bool> inherited_call_logged_{false};
   std::atomic<UpgradePhase> phase_{UpgradePhase::offered};
-  enum class ServerAttempt : uint8_t { none, claimed, deferred };
-  std::atomic<ServerAttempt> server_attempt_{ServerAttempt::none};
+  std::atomic<bool> server_attempt_claimed_{false};
   // The forks begun when the attempt was claimed; kForkedWhileClaiming if
   // one was under way then.
   static constexpr uint64_t kForkedWhileClaiming = ~uint64_t{0};

@@ -15,7 +15,6 @@ namespace {
 constexpr uint32_t kRemembered = 64;
 
 struct ForkedChildren {
-  std::atomic<uint32_t> forks_under_way{0};
   std::atomic<uint64_t> forks_begun{0};
   std::atomic<uint64_t> forks_ended{0};
   std::atomic<uint64_t> recorded{0};
@@ -32,7 +31,6 @@ ForkedChildren& children() {
 }  // namespace
 
 void fork_starting() {
-  children().forks_under_way.fetch_add(1, std::memory_order_acq_rel);
   children().forks_begun.fetch_add(1, std::memory_order_seq_cst);
 }
 
@@ -50,8 +48,7 @@ void fork_finished(pid_t result) {
     for (std::atomic<pid_t>& pid : all.pids) pid.store(0, std::memory_order_relaxed);
     all.recorded.store(0, std::memory_order_relaxed);
     all.forks_begun.store(0, std::memory_order_relaxed);
-    all.forks_ended.store(0, std::memory_order_relaxed);
-    all.forks_under_way.store(0, std::memory_order_release);
+    all.forks_ended.store(0, std::memory_order_release);
     return;
   }
   if (result > 0 && any_connections()) {
@@ -59,7 +56,6 @@ void fork_finished(pid_t result) {
     all.pids[slot].store(result, std::memory_order_release);
   }
   all.forks_ended.fetch_add(1, std::memory_order_seq_cst);
-  all.forks_under_way.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 namespace {
@@ -69,12 +65,13 @@ namespace {
 // the socket into its child; a fork takes well under these 100 ms).
 uint32_t children_holding(uint64_t inode, pid_t (&holders)[kRemembered]) {
   ForkedChildren& all = children();
-  if (all.recorded.load(std::memory_order_acquire) == 0 &&
-      all.forks_under_way.load(std::memory_order_acquire) == 0)
-    return 0;
+  const auto under_way = [] {
+    const ForkCounts counts = fork_counts();
+    return counts.begun != counts.ended;
+  };
+  if (all.recorded.load(std::memory_order_acquire) == 0 && !under_way()) return 0;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-  while (all.forks_under_way.load(std::memory_order_acquire) != 0 &&
-         std::chrono::steady_clock::now() < give_up)
+  while (under_way() && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   const uint64_t recorded = all.recorded.load(std::memory_order_acquire);
   const uint64_t count = recorded < kRemembered ? recorded : kRemembered;

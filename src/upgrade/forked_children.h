@@ -46,7 +46,7 @@ bool forked_child_keeps_socket(uint64_t inode);
 // child forked since the connection was made keeps the socket, and may read
 // or write it over TCP, where an upgrade would move the peer's bytes out of
 // its sight. The child's copy is never upgraded (it has no agent, and a
-// server's deferred attempt is the parent's), so the connection stays on TCP
+// server's claimed attempt is the parent's), so the connection stays on TCP
 // for both: declined here, with a line in the log. Looked at before the
 // negotiation begins (a child forked while it runs has its calls refused,
 // whatever its outcome) and once more right after, for a child forked in

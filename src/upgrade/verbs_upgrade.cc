@@ -222,7 +222,6 @@ void begin_server_verbs_upgrade(int tcp_fd, const std::shared_ptr<Connection>& c
     return;
   }
   std::weak_ptr<Connection> weak = connection;
-  connection->defer_server_attempt();
   // The client's listener waits upgrade_timeout from its connect; a server
   // delay of the same length or more would find it gone.
   const auto delay = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
