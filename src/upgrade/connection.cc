@@ -95,6 +95,10 @@ void Connection::report_path() {
     case UpgradePhase::negotiating:
       return;  // still pending, as recorded
     case UpgradePhase::established:
+      if (stream_given_up_.load(std::memory_order_acquire)) {
+        stats::set_path(handle, stats::Path::kernel, decline_reason_.load(std::memory_order_acquire));
+        return;
+      }
       stats::set_path(handle, offloaded_path_,
                       offloaded_path_ == stats::Path::rdma ? "upgraded to RDMA"
                                                            : "upgraded to shared memory");
@@ -241,8 +245,7 @@ int Connection::install_announced(std::unique_ptr<stream::Stream> stream, int tc
   // A fresh stream always has room for it: never waits.
   const ssize_t sent = this->stream()->send({&piece, 1}, 0, stream::Blocking(false));
   if (sent != static_cast<ssize_t>(sizeof(ours))) {
-    stats::set_path(statistics_.load(std::memory_order_acquire), stats::Path::kernel,
-                    "the stream failed before the switch");
+    give_up_unswitched_stream("the stream failed before the switch");
     return sent < 0 ? static_cast<int>(sent) : -EIO;
   }
   hello_done();
@@ -254,7 +257,18 @@ void Connection::hello_done() {
 }
 
 bool Connection::take_peer_hello_locked(stream::Stream& current) {
-  if (current.readable_bytes() < sizeof(Hello)) return false;
+  if (current.readable_bytes() < sizeof(Hello)) {
+    // The peer's Hello precedes anything it could switch (and its switch
+    // waits for its header's write to land here), so a stream broken with
+    // no Hello in it never carried a byte of the peer's: TCP has them all.
+    if (current.broken()) {
+      peer_hello_awaited_.store(false, std::memory_order_release);
+      QPSOCK_LOG(info, "fd %d: the peer gave up the RDMA upgrade before the switch (its end of "
+                 "the queue pair went before its Hello came); stays on TCP", control_fd());
+      give_up_unswitched_stream("the peer gave up the RDMA upgrade before the switch");
+    }
+    return false;
+  }
   Hello hello{};
   iovec piece{&hello, sizeof(hello)};
   const ssize_t got = current.receive({&piece, 1}, MSG_DONTWAIT, false);
@@ -275,6 +289,12 @@ bool Connection::take_peer_hello_locked(stream::Stream& current) {
   current.return_credit_now();
   hello_done();
   return true;
+}
+
+void Connection::give_up_unswitched_stream(const char* reason) {
+  decline_reason_.store(reason, std::memory_order_release);
+  stream_given_up_.store(true, std::memory_order_release);
+  report_path();
 }
 
 void Connection::look_for_peer_hello() {

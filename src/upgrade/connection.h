@@ -198,7 +198,13 @@ class Connection {
   // stream, as far as they have arrived.
   void learn_switch_point_locked();
   // The verbs path: the peer's Hello, if it has arrived. True once taken.
+  // A stream that broke before it came (the peer gave up its side of the
+  // upgrade: its accept timed out, its process ended) is given up.
   bool take_peer_hello_locked(stream::Stream& current);
+  // The installed stream will never carry a byte: neither direction has
+  // switched, nor can now. The connection stays on TCP, and qpsock-stat and
+  // the log say why (`reason`, a string literal) instead of "upgraded".
+  void give_up_unswitched_stream(const char* reason);
   // A writer looks for the peer's Hello (it may be the only thread that ever
   // comes by while the Hello is awaited).
   void look_for_peer_hello();
@@ -251,6 +257,9 @@ class Connection {
   // taken) before our sending direction may switch; the peer's is awaited.
   std::atomic<uint32_t> hellos_left_{0};
   std::atomic<bool> peer_hello_awaited_{false};
+  // give_up_unswitched_stream: the stream stays installed (another thread
+  // may be looking at it) but is never switched to.
+  std::atomic<bool> stream_given_up_{false};
 
   // Sending: the gate counts TCP writes in flight; the switch takes it from 0.
   static constexpr uint32_t kGateClosed = 1u << 31;

@@ -216,7 +216,7 @@ ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flag
 void Connection::learn_switch_point_locked() {
   if (switch_point_ >= 0) return;
   stream::Stream* current = stream();
-  if (current == nullptr) return;
+  if (current == nullptr || stream_given_up_.load(std::memory_order_acquire)) return;
   // The Hello comes first on the peer's direction (verbs path only).
   if (peer_hello_awaited_.load(std::memory_order_acquire) && !take_peer_hello_locked(*current))
     return;
