@@ -257,11 +257,15 @@ void Connection::hello_done() {
 }
 
 bool Connection::take_peer_hello_locked(stream::Stream& current) {
+  // Asked first: a stream breaks only after taking in every arrival that
+  // came before its failure, and takes in none after, so if it was broken
+  // before this look, what the look finds is all the peer ever sent.
+  const bool broken = current.broken();
   if (current.readable_bytes() < sizeof(Hello)) {
     // The peer's Hello precedes anything it could switch (and its switch
     // waits for its header's write to land here), so a stream broken with
     // no Hello in it never carried a byte of the peer's: TCP has them all.
-    if (current.broken()) {
+    if (broken) {
       peer_hello_awaited_.store(false, std::memory_order_release);
       QPSOCK_LOG(info, "fd %d: the peer gave up the RDMA upgrade before the switch (its end of "
                  "the queue pair went before its Hello came); stays on TCP", control_fd());
