@@ -13,6 +13,16 @@
 namespace qpsock::upgrade {
 
 int start_agent_thread(const char* name, void (*run)()) {
+  return start_agent_thread(
+      name,
+      [](void* argument) -> void* {
+        reinterpret_cast<void (*)()>(argument)();
+        return nullptr;
+      },
+      reinterpret_cast<void*>(run));
+}
+
+int start_agent_thread(const char* name, void* (*entry)(void*), void* argument) {
   // The new thread inherits this mask; ours is put back at once.
   sigset_t all, previous;
   sigfillset(&all);
@@ -21,13 +31,7 @@ int start_agent_thread(const char* name, void (*run)()) {
   pthread_attr_t attributes;
   pthread_attr_init(&attributes);
   pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-  const int created = pthread_create(
-      &thread, &attributes,
-      [](void* argument) -> void* {
-        reinterpret_cast<void (*)()>(argument)();
-        return nullptr;
-      },
-      reinterpret_cast<void*>(run));
+  const int created = pthread_create(&thread, &attributes, entry, argument);
   pthread_attr_destroy(&attributes);
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (created == 0) pthread_setname_np(thread, name);

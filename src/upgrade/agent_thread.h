@@ -15,6 +15,9 @@ namespace qpsock::upgrade {
 // Starts `run` on a new detached thread called `name` (at most 15
 // characters): 0, or the pthread_create error (positive, as pthreads gives it).
 int start_agent_thread(const char* name, void (*run)());
+// The same for a thread that runs `entry(argument)` (argument's owner is
+// the thread once this returns 0).
+int start_agent_thread(const char* name, void* (*entry)(void*), void* argument);
 
 // A helper's lock over its state, which fork_aware_instance holds across fork.
 class HelperLock {

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
+#include "upgrade/attempt_threads.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
 #include "upgrade/socket_identity.h"
@@ -50,8 +53,11 @@ class UpgradeAgent : public HelperLock {
  private:
   bool start_locked();
   bool watch_locked(int fd, uint64_t data);
+  // Takes the offer's listeners out of the epoll set (closing them would too).
+  void unwatch_locked(const Offer& offer);
   void answer_same_host(Offer offer);
-  void answer_rdma(Offer offer);
+  // On an attempt thread of its own, or the agent's (touches no agent state).
+  static void answer_rdma(Offer offer);
   void expire_locked(std::vector<Offer>& expired);
   // Offers whose planned rdma_cm listener is due: taken out, to be opened
   // without the lock (open_planned_listener puts them back).
@@ -120,6 +126,13 @@ bool UpgradeAgent::watch_locked(int fd, uint64_t data) {
   event.events = EPOLLIN;
   event.data.u64 = data;
   return next::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) == 0;
+}
+
+void UpgradeAgent::unwatch_locked(const Offer& offer) {
+  if (offer.listeners.same_host_fd >= 0)
+    next::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, offer.listeners.same_host_fd, nullptr);
+  if (offer.listeners.rdma != nullptr)
+    next::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, offer.listeners.rdma->event_fd(), nullptr);
 }
 
 bool UpgradeAgent::start_locked() {
@@ -226,8 +239,12 @@ void UpgradeAgent::run() {
         const uint64_t id = events[index].data.u64 & ~kRdmaListener;
         for (size_t each = 0; each < offers_.size(); ++each) {
           if (offers_[each].id != id) continue;
-          auto& answering = (events[index].data.u64 & kRdmaListener) != 0 ? rdma : same_host;
-          answering.push_back(std::move(offers_[each]));
+          const bool by_rdma = (events[index].data.u64 & kRdmaListener) != 0;
+          // Answered on another thread, which takes the connect request
+          // later: until then the listener's fd stays readable, and this
+          // thread's wait would return at once for it.
+          if (by_rdma) unwatch_locked(offers_[each]);
+          (by_rdma ? rdma : same_host).push_back(std::move(offers_[each]));
           offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(each));
           break;
         }
@@ -246,7 +263,12 @@ void UpgradeAgent::run() {
       open_due_listeners();
     }
     for (Offer& offer : rdma) {
-      answer_rdma(std::move(offer));
+      // On a thread of its own while few are under way: an accept waits
+      // until established, and this thread must meanwhile open the
+      // listeners that fall due and answer the servers that come.
+      auto taken = std::make_shared<Offer>(std::move(offer));
+      std::function<void()> answer = [taken] { answer_rdma(std::move(*taken)); };
+      if (!run_attempt_on_own_thread(AttemptKind::client_accept, answer)) answer();
       open_due_listeners();
     }
   }

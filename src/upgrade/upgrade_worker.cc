@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
+#include "upgrade/attempt_threads.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -101,7 +102,9 @@ void UpgradeWorker::run() {
       }
     }
     if (job) {
-      job();
+      // On a thread of its own while few are under way, so that the next
+      // connection's attempt need not wait for this one's peer.
+      if (!run_attempt_on_own_thread(AttemptKind::server_connect, job)) job();
       continue;
     }
     wakeup_.sleep(sleep_ms);

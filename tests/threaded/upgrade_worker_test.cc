@@ -1,9 +1,11 @@
 // The upgrade worker runs a server's RDMA attempts rdma_upgrade_delay after
 // the connection's first I/O: a job waits for its time (less the 10 ms by
 // which an awake worker takes jobs early), and one due sooner, queued while
-// the worker sleeps towards a later one, is not held up by it.
+// the worker sleeps towards a later one, is not held up by it. Attempts due
+// together run at once, up to kMostAttemptsAtOnce, each on its own thread.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "upgrade/attempt_threads.h"
 #include "upgrade/upgrade_worker.h"
 
 namespace qpsock::upgrade {
@@ -87,6 +90,86 @@ TEST(UpgradeWorker, ManyJobsQueuedFromManyThreadsAllRunOnce) {
   for (auto& thread : threads) thread.join();
   ASSERT_TRUE(finished.wait_for(1, milliseconds{20000})) << ran.load() << " jobs ran";
   EXPECT_EQ(ran.load(), kThreads * kEach);
+}
+
+// The threads of earlier tests' attempts give theirs back just after the
+// attempts return.
+bool no_attempts_under_way() {
+  for (int tries = 0; tries < 1000; ++tries) {
+    if (attempts_under_way(AttemptKind::server_connect) == 0 &&
+        attempts_under_way(AttemptKind::client_accept) == 0)
+      return true;
+    std::this_thread::sleep_for(milliseconds{10});
+  }
+  return false;
+}
+
+// Jobs that each wait until they are released, counting how many run at once.
+struct Gathering {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int running = 0;
+  int most_at_once = 0;
+  bool released = false;
+
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex);
+    most_at_once = std::max(most_at_once, ++running);
+    changed.notify_all();
+    changed.wait_for(lock, milliseconds{10000}, [&] { return released; });
+    --running;
+    changed.notify_all();
+  }
+  bool wait_until_running(int count) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, milliseconds{10000}, [&] { return running >= count; });
+  }
+  void release_and_wait_for_all() {
+    std::unique_lock lock(mutex);
+    released = true;
+    changed.notify_all();
+    changed.wait_for(lock, milliseconds{10000}, [&] { return running == 0; });
+  }
+};
+
+TEST(UpgradeWorker, AttemptsDueTogetherRunAtOnce) {
+  // One after another, the first would hold the others up until its peer
+  // answered (here: until all of them run, which never came).
+  ASSERT_TRUE(no_attempts_under_way());
+  Gathering gathering;
+  for (int each = 0; each < kMostAttemptsAtOnce; ++each)
+    ASSERT_TRUE(run_in_upgrade_worker([&] { gathering.arrive_and_wait(); }));
+  EXPECT_TRUE(gathering.wait_until_running(kMostAttemptsAtOnce))
+      << "only " << gathering.running << " attempts ran at once";
+  gathering.release_and_wait_for_all();
+  EXPECT_EQ(gathering.most_at_once, kMostAttemptsAtOnce);
+}
+
+TEST(AttemptThreads, PastTheMostAtOnceTheCallerRunsTheAttemptItself) {
+  ASSERT_TRUE(no_attempts_under_way());
+  Gathering gathering;
+  for (int each = 0; each < kMostAttemptsAtOnce; ++each) {
+    std::function<void()> attempt = [&] { gathering.arrive_and_wait(); };
+    ASSERT_TRUE(run_attempt_on_own_thread(AttemptKind::client_accept, attempt));
+  }
+  ASSERT_TRUE(gathering.wait_until_running(kMostAttemptsAtOnce));
+  bool ran_here = false;
+  std::function<void()> one_more = [&] { ran_here = true; };
+  EXPECT_FALSE(run_attempt_on_own_thread(AttemptKind::client_accept, one_more));
+  ASSERT_TRUE(one_more) << "a refused attempt must be left to its caller";
+  one_more();
+  EXPECT_TRUE(ran_here);
+  // The other kind has its own threads.
+  std::atomic<bool> other_ran{false};
+  std::function<void()> other = [&] { other_ran = true; };
+  EXPECT_TRUE(run_attempt_on_own_thread(AttemptKind::server_connect, other));
+  gathering.release_and_wait_for_all();
+  // Once they ended, their threads are free again.
+  ASSERT_TRUE(no_attempts_under_way());
+  EXPECT_TRUE(other_ran);
+  std::function<void()> later = [] {};
+  EXPECT_TRUE(run_attempt_on_own_thread(AttemptKind::client_accept, later));
+  EXPECT_TRUE(no_attempts_under_way());
 }
 
 }  // namespace
