@@ -28,6 +28,8 @@ struct Watched {
 
   // A stream of ours to arm, watch and wake on.
   bool has_stream() const { return connection != nullptr && !parents_stream; }
+  // Where its transport's wait handle is in the kernel's set.
+  size_t wait_handle_slot = 0;
 };
 
 // The entries whose readiness the kernel cannot tell.
@@ -105,12 +107,13 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
                std::chrono::nanoseconds(timeout->tv_nsec);
   // The application's fds, then each stream's wait handle.
   std::vector<pollfd> kernel_set(fds, fds + count);
-  for (const Watched& entry : watched) {
+  for (Watched& entry : watched) {
     if (entry.epoll_set != nullptr) {
       kernel_set[entry.index].events |= POLLIN;  // the set's own fd wakes on its streams
       continue;
     }
     if (!entry.has_stream()) continue;
+    entry.wait_handle_slot = kernel_set.size();
     kernel_set.push_back({entry.connection->stream()->transport_wait_handle(), POLLIN, 0});
     kernel_set.push_back({entry.connection->stream()->wake_handle(), POLLIN, 0});
   }
@@ -128,6 +131,12 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
     // sleep.
     for (const Watched& entry : watched) {
       if (!entry.has_stream()) continue;
+      // A broken stream is not armed, so its wait handle, once readable
+      // (the error state's completions), would stay so and end every sleep
+      // at once: left out (its end shows on the socket, or in the stream's
+      // readiness once a direction has switched).
+      stream::Stream& stream = *entry.connection->stream();
+      kernel_set[entry.wait_handle_slot].fd = stream.broken() ? -1 : stream.transport_wait_handle();
       short& events = kernel_set[entry.index].events;
       events = fds[entry.index].events;
       if (!entry.connection->receiving_switched()) events |= POLLIN;

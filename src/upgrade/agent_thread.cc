@@ -30,11 +30,16 @@ int start_agent_thread(const char* name, void* (*entry)(void*), void* argument) 
   pthread_t thread;
   pthread_attr_t attributes;
   pthread_attr_init(&attributes);
-  pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+  // Joinable until named: a detached thread that ends at once (a short
+  // attempt) may have its descriptor reused by the next thread made, which
+  // the name would then go to.
   const int created = pthread_create(&thread, &attributes, entry, argument);
   pthread_attr_destroy(&attributes);
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (created == 0) pthread_setname_np(thread, name);
+  if (created == 0) {
+    pthread_setname_np(thread, name);
+    pthread_detach(thread);
+  }
   return created;
 }
 

@@ -69,6 +69,11 @@ bool run_attempt_on_own_thread(AttemptKind kind, std::function<void()>& attempt)
              : start<AttemptKind::client_accept>("qpsock-accept", attempt);
 }
 
+void prepare_attempt_threads() {
+  slots<AttemptKind::server_connect>();
+  slots<AttemptKind::client_accept>();
+}
+
 int attempts_under_way(AttemptKind kind) {
   return kind == AttemptKind::server_connect ? slots<AttemptKind::server_connect>().under_way()
                                              : slots<AttemptKind::client_accept>().under_way();

@@ -24,4 +24,11 @@ bool run_attempt_on_own_thread(AttemptKind kind, std::function<void()>& attempt)
 // How many attempts of `kind` run on their own threads now (for tests).
 int attempts_under_way(AttemptKind kind);
 
+// Makes the counts before the worker's or the agent's thread first needs
+// them, from the application's thread that queues work for it (with no lock
+// held): a count first made on a helper thread while the application forks
+// would leave the child's copy of its construction under way, and the
+// child's helper waiting on it for ever.
+void prepare_attempt_threads();
+
 }  // namespace qpsock::upgrade

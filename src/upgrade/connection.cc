@@ -299,6 +299,8 @@ void Connection::give_up_unswitched_stream(const char* reason) {
   decline_reason_.store(reason, std::memory_order_release);
   stream_given_up_.store(true, std::memory_order_release);
   report_path();
+  // The peer loses its queue pair at once (it may still think it upgraded).
+  if (stream::Stream* current = stream()) current->abort();
 }
 
 void Connection::look_for_peer_hello() {

@@ -63,7 +63,9 @@ bool wait_until_delivered(stream::Stream& stream) {
     // A round trip on the fabric: spin a little, then yield the core.
     if (round > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  return true;
+  // A failed write leaves nothing outstanding either: the header may not
+  // have landed, and the peer would then never trim the token.
+  return !stream.broken();
 }
 
 void raise_sigpipe() {
@@ -154,11 +156,8 @@ void Connection::try_switch_sending(int fd) {
     // The peer never learns of a switch: the connection simply stays on TCP.
     QPSOCK_LOG(warn, "fd %d: the upgraded stream failed before the switch (%zd); staying on TCP",
                fd, sent);
-    decline("the stream failed before the switch");
     send_switch_allowed_.store(false, std::memory_order_release);
-    if (!receiving_switched())
-      stats::set_path(statistics_.load(std::memory_order_acquire), stats::Path::kernel,
-                      "the stream failed before the switch");
+    if (!receiving_switched()) give_up_unswitched_stream("the stream failed before the switch");
     send_gate_.store(0, std::memory_order_release);
     return;
   }

@@ -96,6 +96,9 @@ void close_offer(Offer& offer, const char* reason) {
 }
 
 void UpgradeAgent::offer(Offer offer) {
+  // Not under the lock: the counts' first use registers fork handlers, and
+  // a fork under way holds fork's lock while it waits for ours.
+  prepare_attempt_threads();
   std::unique_lock lock(mutex_);
   if (!start_locked()) {
     lock.unlock();

@@ -49,6 +49,9 @@ class UpgradeWorker : public HelperLock {
 UpgradeWorker& worker() { return fork_aware_instance<UpgradeWorker>(); }
 
 bool UpgradeWorker::queue(Job job) {
+  // Not under the lock: the counts' first use registers fork handlers, and
+  // a fork under way holds fork's lock while it waits for ours.
+  prepare_attempt_threads();
   std::lock_guard lock(mutex_);
   if (!start_locked()) return false;
   if (job.not_before < wakes_by_) {

@@ -5,13 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "readiness/upgraded_poll.h"
 #include "stats/connection_stats.h"
 #include "stream/loopback_stream_pair.h"
 #include "support/stream_test_support.h"
@@ -107,6 +112,48 @@ TEST_F(UnswitchedStream, PeerHelloThatLandedBeforeTheBreakIsTaken) {
   ASSERT_EQ(connection->readable_bytes(sockets[0], readable), 0);
   EXPECT_EQ(readable, 0);
   EXPECT_EQ(stats::process_registry().path(handle), stats::Path::rdma);
+}
+
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
+}
+
+TEST_F(UnswitchedStream, PollOnAConnectionWhoseStreamBrokeBeforeTheSwitchSleeps) {
+  pair.first_transport->peer_leaves();
+  exchange_over_tcp(1000);  // the stream breaks, with no Hello: given up
+  ASSERT_TRUE(connection->stream()->broken());
+  // Over verbs, the error state's completions can leave a wakeup on the
+  // completion channel that a broken stream, which polls no more, never
+  // takes: the wait handle stays readable. (The loopback's is an eventfd.)
+  const uint64_t one = 1;
+  ASSERT_EQ(write(connection->stream()->transport_wait_handle(), &one, sizeof(one)),
+            static_cast<ssize_t>(sizeof(one)));
+  pollfd entry{sockets[0], POLLIN, 0};
+  const timespec a_while{0, 300'000'000};
+  int result = -1;
+  const double cpu_before = thread_cpu_seconds();
+  ASSERT_TRUE(readiness::poll_upgraded(&entry, 1, &a_while, nullptr, result));
+  const double cpu_used = thread_cpu_seconds() - cpu_before;
+  EXPECT_EQ(result, 0) << "revents " << entry.revents;
+  // Woken by it at every turn, poll would spin for all of the 300 ms.
+  EXPECT_LT(cpu_used, 0.1) << "poll spun on the broken stream's wait handle";
+  // Bytes the peer then sends over TCP wake it, and are read intact.
+  std::thread peer([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const char byte = 'z';
+    ASSERT_EQ(write(sockets[1], &byte, 1), 1);
+  });
+  const timespec long_enough{10, 0};
+  ASSERT_TRUE(readiness::poll_upgraded(&entry, 1, &long_enough, nullptr, result));
+  peer.join();
+  EXPECT_EQ(result, 1);
+  EXPECT_NE(entry.revents & POLLIN, 0);
+  char byte = 0;
+  iovec piece{&byte, 1};
+  EXPECT_EQ(connection->receive(sockets[0], {&piece, 1}, 0), 1);
+  EXPECT_EQ(byte, 'z');
 }
 
 }  // namespace
