@@ -37,7 +37,7 @@ bool Connection::claim_server_attempt() {
   const ForkCounts before = fork_counts();
   if (server_attempt_claimed_.exchange(true, std::memory_order_seq_cst)) return false;
   // Stored by the one claim that won: its attempt is made later by this thread's job.
-  forks_at_claim_.store(before.begun != before.ended ? kForkedWhileClaiming : before.begun,
+  forks_at_claim_.store(before.fork_under_way() ? kForkedWhileClaiming : before.begun,
                         std::memory_order_seq_cst);
   return true;
 }

@@ -65,13 +65,9 @@ namespace {
 // the socket into its child; a fork takes well under these 100 ms).
 uint32_t children_holding(uint64_t inode, pid_t (&holders)[kRemembered]) {
   ForkedChildren& all = children();
-  const auto under_way = [] {
-    const ForkCounts counts = fork_counts();
-    return counts.begun != counts.ended;
-  };
-  if (all.recorded.load(std::memory_order_acquire) == 0 && !under_way()) return 0;
+  if (all.recorded.load(std::memory_order_acquire) == 0 && !fork_counts().fork_under_way()) return 0;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-  while (under_way() && std::chrono::steady_clock::now() < give_up)
+  while (fork_counts().fork_under_way() && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   const uint64_t recorded = all.recorded.load(std::memory_order_acquire);
   const uint64_t count = recorded < kRemembered ? recorded : kRemembered;

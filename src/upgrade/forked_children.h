@@ -28,6 +28,7 @@ void fork_finished(pid_t result);
 struct ForkCounts {
   uint64_t begun;
   uint64_t ended;
+  bool fork_under_way() const { return begun != ended; }
 };
 ForkCounts fork_counts();
 
