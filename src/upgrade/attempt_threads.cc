@@ -9,74 +9,65 @@
 namespace qpsock::upgrade {
 namespace {
 
-// The attempts of one kind under way on their own threads. A forked child
-// has none of those threads: its count starts again from 0.
-template <AttemptKind Kind>
+constexpr const char* kThreadNames[] = {"qpsock-connect", "qpsock-accept"};  // [AttemptKind]
+
+// The attempts of each kind under way on their own threads. A forked child
+// has none of those threads: its counts start again from 0.
 class AttemptSlots : public HelperLock {
  public:
-  bool take() {
+  bool take(AttemptKind kind) {
     std::lock_guard lock(mutex_);
-    if (under_way_ >= kMostAttemptsAtOnce) return false;
-    ++under_way_;
+    int& count = under_way_[static_cast<int>(kind)];
+    if (count >= kMostAttemptsAtOnce) return false;
+    ++count;
     return true;
   }
-  void give_back() {
+  void give_back(AttemptKind kind) {
     std::lock_guard lock(mutex_);
-    if (under_way_ > 0) --under_way_;
+    int& count = under_way_[static_cast<int>(kind)];
+    if (count > 0) --count;
   }
-  int under_way() {
+  int under_way(AttemptKind kind) {
     std::lock_guard lock(mutex_);
-    return under_way_;
+    return under_way_[static_cast<int>(kind)];
   }
-  void forget_after_fork() { under_way_ = 0; }
+  void forget_after_fork() { under_way_[0] = under_way_[1] = 0; }
 
  private:
-  int under_way_ = 0;
+  int under_way_[2] = {0, 0};  // [AttemptKind]
 };
 
-template <AttemptKind Kind>
-AttemptSlots<Kind>& slots() {
-  return fork_aware_instance<AttemptSlots<Kind>>();
-}
+AttemptSlots& slots() { return fork_aware_instance<AttemptSlots>(); }
 
-template <AttemptKind Kind>
+struct Attempt {
+  AttemptKind kind;
+  std::function<void()> run;
+};
+
 void* run_attempt(void* argument) {
   // Owned from here: destroyed (with what the attempt captured) when it ends.
-  const std::unique_ptr<std::function<void()>> attempt(static_cast<std::function<void()>*>(argument));
-  (*attempt)();
-  slots<Kind>().give_back();
+  const std::unique_ptr<Attempt> attempt(static_cast<Attempt*>(argument));
+  attempt->run();
+  slots().give_back(attempt->kind);
   return nullptr;
 }
 
-template <AttemptKind Kind>
-bool start(const char* name, std::function<void()>& attempt) {
-  if (!slots<Kind>().take()) return false;
-  auto owned = std::make_unique<std::function<void()>>(std::move(attempt));
-  if (start_agent_thread(name, &run_attempt<Kind>, owned.get()) != 0) {
-    attempt = std::move(*owned);
-    slots<Kind>().give_back();
+}  // namespace
+
+bool run_attempt_on_own_thread(AttemptKind kind, std::function<void()>& attempt) {
+  if (!slots().take(kind)) return false;
+  auto owned = std::make_unique<Attempt>(Attempt{kind, std::move(attempt)});
+  if (start_agent_thread(kThreadNames[static_cast<int>(kind)], &run_attempt, owned.get()) != 0) {
+    attempt = std::move(owned->run);
+    slots().give_back(kind);
     return false;
   }
   static_cast<void>(owned.release());  // the thread's now
   return true;
 }
 
-}  // namespace
+void prepare_attempt_threads() { slots(); }
 
-bool run_attempt_on_own_thread(AttemptKind kind, std::function<void()>& attempt) {
-  return kind == AttemptKind::server_connect
-             ? start<AttemptKind::server_connect>("qpsock-connect", attempt)
-             : start<AttemptKind::client_accept>("qpsock-accept", attempt);
-}
-
-void prepare_attempt_threads() {
-  slots<AttemptKind::server_connect>();
-  slots<AttemptKind::client_accept>();
-}
-
-int attempts_under_way(AttemptKind kind) {
-  return kind == AttemptKind::server_connect ? slots<AttemptKind::server_connect>().under_way()
-                                             : slots<AttemptKind::client_accept>().under_way();
-}
+int attempts_under_way(AttemptKind kind) { return slots().under_way(kind); }
 
 }  // namespace qpsock::upgrade
