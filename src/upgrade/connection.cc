@@ -266,7 +266,6 @@ bool Connection::take_peer_hello_locked(stream::Stream& current) {
     // waits for its header's write to land here), so a stream broken with
     // no Hello in it never carried a byte of the peer's: TCP has them all.
     if (broken) {
-      peer_hello_awaited_.store(false, std::memory_order_release);
       QPSOCK_LOG(info, "fd %d: the peer gave up the RDMA upgrade before the switch (its end of "
                  "the queue pair went before its Hello came); stays on TCP", control_fd());
       give_up_unswitched_stream("the peer gave up the RDMA upgrade before the switch");
@@ -298,6 +297,8 @@ bool Connection::take_peer_hello_locked(stream::Stream& current) {
 void Connection::give_up_unswitched_stream(const char* reason) {
   decline_reason_.store(reason, std::memory_order_release);
   stream_given_up_.store(true, std::memory_order_release);
+  // Writers stop looking for a Hello that will never come.
+  peer_hello_awaited_.store(false, std::memory_order_release);
   report_path();
   // The peer loses its queue pair at once (it may still think it upgraded).
   if (stream::Stream* current = stream()) current->abort();
