@@ -8,6 +8,7 @@
 #include <new>
 
 #include "common/errno_guard.h"
+#include "common/kept_fd.h"
 #include "libc/next_symbols.h"
 #include "process/inherited_environment.h"
 #include "upgrade/forked_children.h"
@@ -33,6 +34,7 @@ pid_t fork() {
   pid_t result = next::fork();
   ErrnoGuard errno_guard;
   if (result == 0) {
+    kept_fds_after_fork_in_child();
     upgrade::connections_after_fork_in_child();
     transport::verbs::verbs_library_after_fork_in_child();
   }

@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "common/errno_guard.h"
+#include "common/kept_fd.h"
 #include "sockets/connection_accounting.h"
 #include "sockets/connection_policy.h"
 #include "sockets/fd_table.h"
@@ -36,6 +38,25 @@ int record_accepted(int listener_fd, int accepted) {
     }
   }
   return accepted;
+}
+
+// The application's file at `fd` is about to go (close, or dup2/dup3 over
+// it): its connection moves to another number of the socket or ends its
+// stream, it leaves the epoll sets, and from here no call of qpsock's
+// touches the number (common/kept_fd.h).
+void number_closing(int fd) {
+  upgrade::connection_closing(fd);
+  readiness::fd_closing(fd);
+  fence_fd_close(fd);
+}
+
+// dup2 and dup3 put old_fd's file on new_fd, closing what was there first,
+// unless old_fd is no open fd (then they fail and change nothing).
+void number_about_to_be_replaced(int old_fd, int new_fd) {
+  if (old_fd == new_fd) return;
+  const ErrnoGuard errno_guard;
+  if (next::fcntl(old_fd, F_GETFD) < 0) return;
+  number_closing(new_fd);
 }
 
 }  // namespace
@@ -112,8 +133,7 @@ int close(int fd) {
   // number, so the record can never be cleared from under a new socket.
   record_fd_close(fd);
   table().forget(fd);
-  upgrade::connection_closing(fd);
-  readiness::fd_closing(fd);
+  number_closing(fd);
   return next::close(fd);
 }
 
@@ -133,26 +153,23 @@ int dup(int fd) {
 }
 
 int dup2(int old_fd, int new_fd) {
-  if (old_fd != new_fd) upgrade::fd_about_to_be_replaced(new_fd);
+  number_about_to_be_replaced(old_fd, new_fd);
   int result = next::dup2(old_fd, new_fd);
   if (result >= 0 && old_fd != new_fd) {
     table().copy(old_fd, new_fd);
     record_fd_copy(old_fd, new_fd);
     upgrade::connection_copied(old_fd, new_fd);
-    // The socket new_fd held leaves the epoll sets it was in, as when closed.
-    readiness::fd_closing(new_fd);
   }
   return result;
 }
 
 int dup3(int old_fd, int new_fd, int flags) {
-  if (old_fd != new_fd) upgrade::fd_about_to_be_replaced(new_fd);
+  number_about_to_be_replaced(old_fd, new_fd);
   int result = next::dup3(old_fd, new_fd, flags);
   if (result >= 0) {
     table().copy(old_fd, new_fd);
     record_fd_copy(old_fd, new_fd);
     upgrade::connection_copied(old_fd, new_fd);
-    readiness::fd_closing(new_fd);
   }
   return result;
 }

@@ -12,10 +12,12 @@
 
 namespace qpsock::stream {
 
-void ring_doorbell(int tcp_fd) {
+void ring_doorbell(KeptFd tcp) {
   ErrnoGuard errno_guard;
+  const FdUse use(tcp);
+  if (!use) return;
   const char byte = kDoorbellByte;
-  next::send(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  next::send(use.fd(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 namespace {
@@ -42,8 +44,11 @@ bool still_open(int tcp_fd) {
 
 }  // namespace
 
-ControlState take_doorbells(int tcp_fd, int* error) {
+ControlState take_doorbells(KeptFd tcp, int* error) {
   ErrnoGuard errno_guard;
+  const FdUse use(tcp);
+  if (!use) return ControlState::quiet;
+  const int tcp_fd = use.fd();
   char bytes[64];
   for (int soft_errors = 0;;) {
     const ssize_t got = next::recv(tcp_fd, bytes, sizeof(bytes), MSG_DONTWAIT);
@@ -60,9 +65,12 @@ ControlState take_doorbells(int tcp_fd, int* error) {
   }
 }
 
-ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells, int* error) {
-  if (doorbells == DoorbellsPossible::yes) return take_doorbells(tcp_fd, error);
+ControlState read_control_state(KeptFd tcp, DoorbellsPossible doorbells, int* error) {
+  if (doorbells == DoorbellsPossible::yes) return take_doorbells(tcp, error);
   ErrnoGuard errno_guard;
+  const FdUse use(tcp);
+  if (!use) return ControlState::quiet;
+  const int tcp_fd = use.fd();
   char byte;
   for (int soft_errors = 0;;) {
     const ssize_t got = next::recv(tcp_fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
@@ -75,8 +83,8 @@ ControlState read_control_state(int tcp_fd, DoorbellsPossible doorbells, int* er
   }
 }
 
-bool control_reads_end_of_file(int tcp_fd, DoorbellsPossible doorbells) {
-  return read_control_state(tcp_fd, doorbells) == ControlState::end_of_file;
+bool control_reads_end_of_file(KeptFd tcp, DoorbellsPossible doorbells) {
+  return read_control_state(tcp, doorbells) == ControlState::end_of_file;
 }
 
 }  // namespace qpsock::stream

@@ -101,18 +101,18 @@ int Stream::connect(const StreamEndpoint& peer) {
   return 0;
 }
 
-void Stream::set_control_channel(int fd, ControlEventHandler handler,
+void Stream::set_control_channel(KeptFd control, ControlEventHandler handler,
                                  ControlProbe probe) {
   std::lock_guard state(state_mutex_);
-  control_fd_ = fd;
+  control_ = control;
   control_handler_ = std::move(handler);
   control_probe_ = std::move(probe);
-  watching_control_ = fd >= 0 && control_handler_ != nullptr;
+  watching_control_ = !control.empty() && control_handler_ != nullptr;
 }
 
-void Stream::move_control_channel(int fd) {
+void Stream::move_control_channel(KeptFd control) {
   std::lock_guard state(state_mutex_);
-  control_fd_ = fd;
+  control_ = control;
 }
 
 void Stream::answer_peer() {

@@ -28,6 +28,7 @@
 #include "stream/core_sharing_backoff.h"
 #include "stream/credit_window.h"
 #include "stream/blocking.h"
+#include "common/kept_fd.h"
 #include "stream/control_doorbell.h"
 #include "stream/eager_sender.h"
 #include "stream/function_ref.h"
@@ -104,13 +105,14 @@ class Stream {
   StreamEndpoint local_endpoint() const;
   // Starts the stream toward the peer's endpoint. Before it, calls give ENOTCONN.
   int connect(const StreamEndpoint& peer);
-  // The TCP control socket, watched by every blocking wait. Set before use.
-  // `probe` is asked when the link breaks without the peer's end of stream
-  // (did its process end?); without one, the stream peeks at fd.
-  void set_control_channel(int fd, ControlEventHandler handler, ControlProbe probe = {});
+  // The TCP control socket, watched by every blocking wait while its number
+  // is kept (common/kept_fd.h: once the application closed it, never). Set
+  // before use. `probe` is asked when the link breaks without the peer's end
+  // of stream (did its process end?); without one, the stream peeks at it.
+  void set_control_channel(KeptFd control, ControlEventHandler handler, ControlProbe probe = {});
   // The application renumbered the socket (dup2, then close of the old
-  // number): the control channel is now `fd`, the same socket.
-  void move_control_channel(int fd);
+  // number): the control channel is now `control`, the same socket.
+  void move_control_channel(KeptFd control);
   // The peer rang the doorbell (stream/control_doorbell.h): take in what it
   // sent and answer it, though no application thread calls in.
   void answer_peer();
@@ -364,7 +366,7 @@ class Stream {
 
   // --- guarded by state_mutex_ ---
   bool connected_ = false;
-  int control_fd_ = -1;
+  KeptFd control_;
   bool watching_control_ = false;
   ControlEventHandler control_handler_;
   ControlProbe control_probe_;

@@ -309,7 +309,7 @@ void Stream::break_connection_locked(int pending_error, const char* why) {
 
 ControlState Stream::control_state_locked() {
   if (control_probe_) return control_probe_();
-  return read_control_state(control_fd_, DoorbellsPossible::no);
+  return read_control_state(control_, DoorbellsPossible::no);
 }
 
 Stream::PeerEnd Stream::peer_end_locked() {
@@ -323,7 +323,7 @@ Stream::PeerEnd Stream::peer_end_locked() {
     QPSOCK_LOG(debug, "stream: not the peer's orderly end: %s", why);
     return PeerEnd::reset;
   };
-  if (!connected_ || control_fd_ < 0) return reset("no control channel");
+  if (!connected_ || control_.empty()) return reset("no control channel");
   if (read_shutdown_) return reset("we shut down reading");
   if (unsent_payload_ != 0) return reset("writes of ours in flight");
   if (rendezvous_out_.bytes_in_flight() != 0) return reset("a rendezvous of ours in flight");

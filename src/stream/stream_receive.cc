@@ -126,7 +126,8 @@ void Stream::prepare_landing_locked(StateLock& state, const IovecCursor& destina
 int Stream::wait_for_peer_verdict(StateLock& receive_lock, StateLock& state) {
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(*reset_provisional_until_ -
                                                                  Clock::now());
-  pollfd control{control_fd_, POLLIN | POLLRDHUP, 0};
+  // Without a kept number (the application closed it) it sleeps out the grace.
+  pollfd control{still_kept(control_) ? control_.fd : -1, POLLIN | POLLRDHUP, 0};
   state.unlock();
   receive_lock.unlock();
   const int polled = next::poll(&control, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));

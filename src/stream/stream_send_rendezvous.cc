@@ -62,7 +62,7 @@ void Stream::cancel_rendezvous_locked(uint32_t id) {
   flush_notifications_locked();
   // The peer answers from its progress, which its application may never
   // make: its doorbell watcher makes it.
-  if (control_fd_ >= 0) ring_doorbell(control_fd_);
+  ring_doorbell(control_);
 }
 
 int64_t Stream::post_rendezvous_descriptor(StateLock& state, ByteRange piece,

@@ -75,8 +75,11 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
 
     pollfd fds[3] = {{transport_->wait_handle(), POLLIN, 0}, {wake_.fd(), POLLIN, 0}, {-1, 0, 0}};
     nfds_t count = 2;
+    // A number the application closed is never slept on again: another file
+    // may have it now (common/kept_fd.h).
+    if (watching_control_ && !still_kept(control_)) watching_control_ = false;
     const bool watch_control = watching_control_;
-    if (watch_control) fds[count++] = {control_fd_, POLLIN, 0};
+    if (watch_control) fds[count++] = {control_.fd, POLLIN, 0};
     wake_.add_sleeper();
     state.unlock();
     const int polled = next::poll(fds, count, poll_timeout(deadline));

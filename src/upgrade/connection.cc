@@ -118,7 +118,7 @@ std::atomic<uint64_t> installed_streams{0};
 uint64_t stream_installations() { return installed_streams.load(std::memory_order_acquire); }
 
 void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token,
-                         int tcp_fd, stats::Path path) {
+                         KeptFd tcp, stats::Path path) {
   peer_token_ = peer_token;
   offloaded_path_ = path;
   stream::Stream* raw = stream.get();
@@ -126,12 +126,15 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   // After the switch the TCP connection carries nothing but the token,
   // doorbells (stream/control_doorbell.h) and the FIN or RST of a closing or
   // dying peer: the stream learns of those here.
-  control_fd_.store(tcp_fd, std::memory_order_release);
-  raw->set_control_channel(tcp_fd, [this, raw](short revents) {
+  control_.store(tcp, std::memory_order_release);
+  raw->set_control_channel(tcp, [this, raw](short revents) {
     if (!receiving_switched()) return stream::ControlVerdict::stop_watching;
+    // The application closed every number of the socket: what was polled
+    // may be another file's now (common/kept_fd.h).
+    if (!still_kept(control())) return stream::ControlVerdict::stop_watching;
     if ((revents & POLLERR) != 0) return stream::ControlVerdict::connection_lost;
     int error = 0;
-    switch (remember_tcp_error(stream::take_doorbells(control_fd(), &error), error)) {
+    switch (remember_tcp_error(stream::take_doorbells(control(), &error), error)) {
       case stream::ControlState::quiet:
         return stream::ControlVerdict::keep_waiting;
       case stream::ControlState::end_of_file:
@@ -153,18 +156,18 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   }, [this] {
     int error = 0;
     const stream::ControlState state = stream::read_control_state(
-        control_fd(),
+        control(),
         receiving_switched() ? stream::DoorbellsPossible::yes : stream::DoorbellsPossible::no, &error);
     return remember_tcp_error(state, error);
   });
   // SO_RCVLOWAT set before the upgrade; later changes come through setsockopt.
-  copy_receive_low_water(tcp_fd, *raw);
+  if (const FdUse use(tcp); use) copy_receive_low_water(use.fd(), *raw);
   stream_installed_.store(raw, std::memory_order_release);
   phase_.store(UpgradePhase::established, std::memory_order_release);
   installed_streams.fetch_add(1, std::memory_order_acq_rel);
   report_path();
   // Renumbered while the handshake ran (control_fd_left found no stream then).
-  if (find_connection(tcp_fd).get() != this) control_fd_left(tcp_fd);
+  if (!still_kept(tcp) || find_connection(tcp.fd).get() != this) control_fd_left(tcp.fd);
 }
 
 stream::ControlState Connection::remember_tcp_error(stream::ControlState state, int error) {
@@ -208,13 +211,20 @@ void Connection::control_fd_left(int fd) {
   // One move at a time, the new fd chosen under the lock: two fds closed at
   // once must leave the connection and the stream on one that stays.
   std::lock_guard lock(control_move_mutex_);
-  if (control_fd_.load(std::memory_order_acquire) != fd) return;
-  const int other_fd = attached_fd(this, -1, fd);
-  if (other_fd < 0) return;
-  control_fd_.store(other_fd, std::memory_order_release);
-  current->move_control_channel(other_fd);
-  // The watcher found the connection by the old number.
-  if (receiving_switched()) watch_for_doorbells(other_fd);
+  if (control().fd != fd) return;
+  for (;;) {
+    const int other_fd = attached_fd(this, -1, fd);
+    if (other_fd < 0) return;
+    // Kept before it is looked at again: a close of that number that has
+    // not detached it yet ends this keep when it fences (common/kept_fd.h).
+    const KeptFd other = keep_fd(other_fd);
+    if (attached_fd(this, other_fd, fd) != other_fd) continue;  // closed meanwhile
+    control_.store(other, std::memory_order_release);
+    current->move_control_channel(other);
+    // The watcher found the connection by the old number.
+    if (receiving_switched()) watch_for_doorbells(other);
+    return;
+  }
 }
 
 void Connection::receive_low_water_changed(int tcp_fd) {
@@ -229,12 +239,12 @@ void Connection::copy_receive_low_water(int tcp_fd, stream::Stream& stream) {
     stream.set_receive_low_water(static_cast<size_t>(std::max(low_water, 1)));
 }
 
-int Connection::install_announced(std::unique_ptr<stream::Stream> stream, int tcp_fd,
+int Connection::install_announced(std::unique_ptr<stream::Stream> stream, KeptFd tcp,
                                   stats::Path path) {
   // Set before the stream is published: a reader that sees the stream sees these.
   hellos_left_.store(2, std::memory_order_relaxed);
   peer_hello_awaited_.store(true, std::memory_order_relaxed);
-  install(std::move(stream), BindingToken{}, tcp_fd, path);
+  install(std::move(stream), BindingToken{}, tcp, path);
   Hello ours{};
   ours.magic = kHelloMagic;
   ours.version = kProtocolVersion;
@@ -267,7 +277,7 @@ bool Connection::take_peer_hello_locked(stream::Stream& current) {
     // no Hello in it never carried a byte of the peer's: TCP has them all.
     if (broken) {
       QPSOCK_LOG(info, "fd %d: the peer gave up the RDMA upgrade before the switch (its end of "
-                 "the queue pair went before its Hello came); stays on TCP", control_fd());
+                 "the queue pair went before its Hello came); stays on TCP", control().fd);
       give_up_unswitched_stream("the peer gave up the RDMA upgrade before the switch");
     }
     return false;

@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 
+#include "common/kept_fd.h"
 #include "config/rule.h"
 #include "stats/connection_stats.h"
 #include "stream/function_ref.h"
@@ -44,7 +45,7 @@ enum class UpgradePhase : uint8_t {
 // for newly upgraded sockets in its sets only when this moved.
 uint64_t stream_installations();
 
-class Connection {
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
   explicit Connection(config::Role role);
   ~Connection();
@@ -82,7 +83,7 @@ class Connection {
   // Installs the stream (the shm handshake's last step before "ready"): the
   // peer's token came over the side channel, and "ready" will say when the
   // peer has installed its own. `path` is the transport's, for qpsock-stat.
-  void install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token, int tcp_fd,
+  void install(std::unique_ptr<stream::Stream> stream, const BindingToken& peer_token, KeptFd tcp,
                stats::Path path);
   // The peer has installed its stream too: our sending direction may switch.
   void allow_send_switch() { send_switch_allowed_.store(true, std::memory_order_release); }
@@ -95,7 +96,7 @@ class Connection {
   // Hello before its SwitchHeader; so do writes while it is awaited, so that a
   // program that only writes still switches. 0, or -errno if our Hello could
   // not be sent (then neither side ever switches: the connection stays on TCP).
-  int install_announced(std::unique_ptr<stream::Stream> stream, int tcp_fd, stats::Path path);
+  int install_announced(std::unique_ptr<stream::Stream> stream, KeptFd tcp, stats::Path path);
 
   // The data path: results as the socket calls give them (count, or -1 with errno).
   ssize_t send(int fd, std::span<const iovec> data, int flags);
@@ -143,15 +144,15 @@ class Connection {
   void mark_inherited_stream() { inherited_stream_.store(true, std::memory_order_release); }
   bool inherited_stream() const { return inherited_stream_.load(std::memory_order_acquire); }
   // The cork flusher's call (cork_flusher.h): announce what MSG_MORE corked.
-  void flush_cork(int fd);
+  void flush_cork();
   // The doorbell watcher's call (doorbell_watcher.h): the TCP socket became
   // readable; take the peer's doorbells and let the stream answer it.
   void answer_doorbell();
   // setsockopt(SO_RCVLOWAT) on the socket: the stream, if installed, takes it.
   void receive_low_water_changed(int tcp_fd);
-  // The fd number the stream watches for the peer's doorbells, FIN and reset
-  // (the socket's fd when installed); -1 before.
-  int control_fd() const { return control_fd_.load(std::memory_order_acquire); }
+  // The number the stream watches for the peer's doorbells, FIN and reset
+  // (the socket's fd when installed, kept: common/kept_fd.h); empty before.
+  KeptFd control() const { return control_.load(std::memory_order_acquire); }
   // `fd` no longer refers to the socket in this process, or is about to stop
   // (closed, or another file dup2'ed over it): if the stream watched `fd`, it
   // watches another fd of the socket from now on (if one is left).
@@ -189,10 +190,14 @@ class Connection {
   // The error the control channel took from the socket, if the application
   // has not been told yet (then it is, by this call); 0 otherwise.
   int take_remembered_tcp_error();
-  ssize_t send_over_stream(int fd, std::span<const iovec> data, int flags, stream::Blocking blocking);
+  ssize_t send_over_stream(std::span<const iovec> data, int flags, stream::Blocking blocking);
   void try_switch_sending(int fd);
   ssize_t receive_discarding(int fd, size_t length, int flags);
-  ssize_t receive_once(int fd, std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
+  // `socket` is the call's fd, kept at its start (common/kept_fd.h): the
+  // reads after a wait are made under an FdUse, never on a number that the
+  // application closed meanwhile.
+  ssize_t receive_once(KeptFd socket, std::span<const iovec> buffers, int flags,
+                       stream::Blocking& blocking);
   ssize_t receive_from_stream(std::span<const iovec> buffers, int flags, stream::Blocking& blocking);
   // Reads the peer's Hello (when awaited) and then the SwitchHeader off the
   // stream, as far as they have arrived.
@@ -250,7 +255,7 @@ class Connection {
   BindingToken peer_token_{};      // we write it into TCP to the peer
   std::unique_ptr<stream::Stream> stream_;
   std::atomic<stream::Stream*> stream_installed_{nullptr};
-  std::atomic<int> control_fd_{-1};
+  std::atomic<KeptFd> control_{KeptFd{}};
   std::mutex control_move_mutex_;
 
   // The verbs path: the Hellos still to go through (ours sent, the peer's

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <cstring>
 #include <vector>
 
@@ -52,14 +53,19 @@ size_t total_length(std::span<const iovec> buffers) {
 // reads go on as plain TCP reads; sleeping would hang the reader for good
 // (the server's RDMA attempt declines in the background, seconds after the
 // first I/O, while a reader may well be waiting).
-int wait_readable(int fd, const Connection& connection) {
-  pollfd entry{fd, POLLIN, 0};
-  if (next::poll(&entry, 1, 50) < 0 && errno == EINTR) return -EINTR;
-  if (find_connection(fd).get() == &connection) return 0;
-  if (connection.phase() == UpgradePhase::declined && connection.stream() == nullptr) return 0;
+int sleep_until_signal() {
   for (;;) {
     if (next::ppoll(nullptr, 0, nullptr, nullptr) < 0 && errno == EINTR) return -EINTR;
   }
+}
+
+int wait_readable(KeptFd socket, const Connection& connection) {
+  pollfd entry{socket.fd, POLLIN, 0};
+  if (next::poll(&entry, 1, 50) < 0 && errno == EINTR) return -EINTR;
+  if (!still_kept(socket)) return sleep_until_signal();
+  if (find_connection(socket.fd).get() == &connection) return 0;
+  if (connection.phase() == UpgradePhase::declined && connection.stream() == nullptr) return 0;
+  return sleep_until_signal();
 }
 
 ssize_t failed(ssize_t negative_errno) {
@@ -79,12 +85,13 @@ ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
   // MSG_WAITALL is done here, never by the kernel: it could wait for bytes
   // that will come on the stream instead.
   if ((flags & MSG_WAITALL) == 0 || (flags & MSG_PEEK) != 0 || !blocking())
-    return receive_once(fd, buffers, flags & ~MSG_WAITALL, blocking);
+    return receive_once(keep_fd(fd), buffers, flags & ~MSG_WAITALL, blocking);
   const size_t wanted = total_length(buffers);
+  const KeptFd socket = keep_fd(fd);
   std::vector<iovec> rest(buffers.begin(), buffers.end());
   size_t done = 0;
   while (done < wanted) {
-    const ssize_t got = receive_once(fd, rest, flags & ~MSG_WAITALL, blocking);
+    const ssize_t got = receive_once(socket, rest, flags & ~MSG_WAITALL, blocking);
     if (got <= 0) return done > 0 ? static_cast<ssize_t>(done) : got;
     done += static_cast<size_t>(got);
     size_t skip = static_cast<size_t>(got);
@@ -137,21 +144,34 @@ ssize_t Connection::receive_discarding(int fd, size_t length, int flags) {
   return static_cast<ssize_t>(done);
 }
 
-ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int flags,
+ssize_t Connection::receive_once(KeptFd socket, std::span<const iovec> buffers, int flags,
                                  stream::Blocking& blocking) {
   const bool peeking = (flags & MSG_PEEK) != 0;
+  const int fd = socket.fd;
   for (;;) {
     if (receiving_switched()) return receive_from_stream(buffers, flags, blocking);
     std::unique_lock lock(receive_mutex_);
     if (receiving_switched()) continue;
+    // Closed by another thread while this one waited: a blocking reader
+    // sleeps until a signal, as a kernel reader stays asleep on the socket
+    // it began with (wait_readable); a non-blocking one finds no fd. The use
+    // ends before any wait: the application's close waits for it.
+    std::optional<FdUse> use;
+    use.emplace(socket);
+    if (!*use) {
+      lock.unlock();
+      use.reset();
+      return failed(blocking() ? sleep_until_signal() : -EBADF);
+    }
     learn_switch_point_locked();
     if (switch_point_ >= 0 && tcp_received_ == static_cast<uint64_t>(switch_point_)) {
       const int token = take_token_locked(fd);
       if (token < 0) return failed(token);
       if (token > 0) continue;
       lock.unlock();
+      use.reset();
       if (!blocking()) return failed(-EAGAIN);
-      if (wait_readable(fd, *this) < 0) return failed(-EINTR);
+      if (wait_readable(socket, *this) < 0) return failed(-EINTR);
       continue;
     }
     const uint64_t limit = switch_point_ >= 0
@@ -170,8 +190,9 @@ ssize_t Connection::receive_once(int fd, std::span<const iovec> buffers, int fla
         return failed(-error);
       }
       lock.unlock();
+      use.reset();
       if (!blocking()) return failed(-EAGAIN);
-      if (wait_readable(fd, *this) < 0) return failed(-EINTR);
+      if (wait_readable(socket, *this) < 0) return failed(-EINTR);
       continue;
     }
     if (got == 0) {
@@ -273,7 +294,7 @@ int Connection::take_token_locked(int fd) {
   }
   receive_switched_.store(true, std::memory_order_release);
   // From now on the TCP socket carries only doorbells, FIN and RST.
-  watch_for_doorbells(fd);
+  watch_for_doorbells(keep_fd(fd));
   QPSOCK_LOG(debug, "fd %d: receiving switched to the stream after %llu TCP bytes", fd,
              static_cast<unsigned long long>(tcp_received_));
   return 1;

@@ -31,12 +31,19 @@ bool tcp_has_room(int fd) {
   return queued + 4096 < limit;
 }
 
-// Writes the token; waits (briefly: there is room) if the kernel takes part of it.
-int write_token(int fd, const BindingToken& token) {
+// Writes the token; waits (briefly: there is room) if the kernel takes part
+// of it. Each write is made under an FdUse (the wait may outlast the number).
+int write_token(KeptFd socket, const BindingToken& token) {
+  const int fd = socket.fd;
   size_t written = 0;
   while (written < token.size()) {
-    const ssize_t sent = next::send(fd, token.data() + written, token.size() - written,
-                                    MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t sent;
+    {
+      const FdUse use(socket);
+      if (!use) return -EBADF;  // closed meanwhile
+      sent = next::send(fd, token.data() + written, token.size() - written,
+                        MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (sent > 0) {
       written += static_cast<size_t>(sent);
       continue;
@@ -81,7 +88,7 @@ ssize_t Connection::send(int fd, std::span<const iovec> data, int flags) {
     return -1;
   }
   prepare_to_send(fd);
-  if (sending_switched()) return send_over_stream(fd, data, flags, call_blocking(fd, flags, CallDirection::send));
+  if (sending_switched()) return send_over_stream(data, flags, call_blocking(fd, flags, CallDirection::send));
   return send_over_tcp(fd, data, flags);
 }
 
@@ -108,7 +115,7 @@ ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags
   message.msg_iovlen = data.size();
   if (const auto sent = send_through_gate([&] { return next::sendmsg(fd, &message, flags); }))
     return *sent;
-  return send_over_stream(fd, data, flags, call_blocking(fd, flags, CallDirection::send));
+  return send_over_stream(data, flags, call_blocking(fd, flags, CallDirection::send));
 }
 
 std::optional<ssize_t> Connection::send_through_gate(stream::FunctionRef<ssize_t()> kernel_send) {
@@ -142,6 +149,9 @@ std::optional<ssize_t> Connection::send_through_gate(stream::FunctionRef<ssize_t
 }
 
 void Connection::try_switch_sending(int fd) {
+  // The application's call on fd: the number is its socket now. The delivery
+  // wait below may outlast that, so the calls after it are made under a use.
+  const KeptFd socket = keep_fd(fd);
   uint32_t open = 0;
   // Only with no TCP write in flight, so tcp_sent_ is exact.
   if (!send_gate_.compare_exchange_strong(open, kGateClosed, std::memory_order_acq_rel)) return;
@@ -167,13 +177,15 @@ void Connection::try_switch_sending(int fd) {
     QPSOCK_LOG(error, "fd %d: the RDMA stream did not deliver the switch; resetting the connection",
                fd);
     stream()->abort();
-    sockaddr unspecified{};
-    unspecified.sa_family = AF_UNSPEC;
-    next::connect(fd, &unspecified, sizeof(unspecified));
+    if (const FdUse use(socket); use) {
+      sockaddr unspecified{};
+      unspecified.sa_family = AF_UNSPEC;
+      next::connect(fd, &unspecified, sizeof(unspecified));
+    }
     send_switched_.store(true, std::memory_order_release);
     return;
   }
-  if (int error = write_token(fd, peer_token_); error < 0) {
+  if (int error = write_token(socket, peer_token_); error < 0) {
     // TCP itself failed: the stream cannot be trusted either.
     QPSOCK_LOG(debug, "fd %d: writing the binding token: %d", fd, error);
     stream()->abort();
@@ -183,7 +195,7 @@ void Connection::try_switch_sending(int fd) {
              static_cast<unsigned long long>(header.tcp_bytes));
 }
 
-ssize_t Connection::send_over_stream(int fd, std::span<const iovec> data, int flags,
+ssize_t Connection::send_over_stream(std::span<const iovec> data, int flags,
                                      stream::Blocking blocking) {
   const ssize_t sent = stream()->send(data, flags & ~MSG_NOSIGNAL, blocking);
   if (sent >= 0) {
@@ -191,7 +203,7 @@ ssize_t Connection::send_over_stream(int fd, std::span<const iovec> data, int fl
     count_zero_copy(stats::Direction::sent, stream()->rendezvous_bytes_sent());
     if ((flags & MSG_MORE) != 0 && sent > 0 && stream()->holds_corked_bytes() &&
         !cork_flush_scheduled_.exchange(true, std::memory_order_acq_rel))
-      flush_cork_later(fd, this);
+      flush_cork_later(weak_from_this());
     return sent;
   }
   if (sent == -EPIPE && (flags & MSG_NOSIGNAL) == 0) raise_sigpipe();
@@ -201,13 +213,13 @@ ssize_t Connection::send_over_stream(int fd, std::span<const iovec> data, int fl
   return -1;
 }
 
-void Connection::flush_cork(int fd) {
+void Connection::flush_cork() {
   // Cleared first: a MSG_MORE send from now on schedules its own flush.
   cork_flush_scheduled_.store(false, std::memory_order_release);
   stream::Stream* current = stream();
   if (current != nullptr && current->announce_corked_bytes() &&
       !cork_flush_scheduled_.exchange(true, std::memory_order_acq_rel))
-    flush_cork_later(fd, this);
+    flush_cork_later(weak_from_this());
 }
 
 }  // namespace qpsock::upgrade

@@ -6,7 +6,7 @@
 
 #include "common/log.h"
 #include "upgrade/agent_thread.h"
-#include "upgrade/connection_registry.h"
+#include "upgrade/connection.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -15,16 +15,12 @@ using Clock = std::chrono::steady_clock;
 
 struct CorkedStream {
   Clock::time_point due;
-  int fd;
-  // Compared only, never followed: the connection is looked up again by fd
-  // when due (if the fd now names another connection, an early announcement
-  // does no harm).
-  const Connection* connection;
+  std::weak_ptr<Connection> connection;  // gone: nothing to announce
 };
 
 class CorkFlusher : public HelperLock {
  public:
-  void schedule(int fd, const Connection* connection);
+  void schedule(std::weak_ptr<Connection> connection);
   void run();
   void forget_after_fork();
 
@@ -41,11 +37,11 @@ class CorkFlusher : public HelperLock {
 
 CorkFlusher& flusher() { return fork_aware_instance<CorkFlusher>(); }
 
-void CorkFlusher::schedule(int fd, const Connection* connection) {
+void CorkFlusher::schedule(std::weak_ptr<Connection> connection) {
   std::lock_guard lock(mutex_);
   if (!start_locked()) return;
   const bool was_idle = corked_.empty();
-  corked_.push_back({Clock::now() + kCorkLimit, fd, connection});
+  corked_.push_back({Clock::now() + kCorkLimit, std::move(connection)});
   // A sleeping thread with nothing to wait for must learn of the deadline.
   if (was_idle) wakeup_.signal();
 }
@@ -72,12 +68,11 @@ int CorkFlusher::flush_due() {
       const auto wait = corked_.front().due - Clock::now();
       if (wait > Clock::duration::zero())
         return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count());
-      due = corked_.front();
+      due = std::move(corked_.front());
       corked_.pop_front();
     }
     // Outside our lock: announcing takes the stream's.
-    const std::shared_ptr<Connection> connection = find_connection(due.fd);
-    if (connection != nullptr && connection.get() == due.connection) connection->flush_cork(due.fd);
+    if (const std::shared_ptr<Connection> connection = due.connection.lock()) connection->flush_cork();
   }
 }
 
@@ -93,6 +88,8 @@ void CorkFlusher::forget_after_fork() {
 
 }  // namespace
 
-void flush_cork_later(int fd, const Connection* connection) { flusher().schedule(fd, connection); }
+void flush_cork_later(std::weak_ptr<Connection> connection) {
+  flusher().schedule(std::move(connection));
+}
 
 }  // namespace qpsock::upgrade

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 
 namespace qpsock::upgrade {
 
@@ -14,9 +15,10 @@ class Connection;
 // Linux's TCP sends corked data after 200 ms (TCP_CORK's limit).
 inline constexpr std::chrono::milliseconds kCorkLimit{200};
 
-// fd's stream (of `connection`) holds bytes sent with MSG_MORE and not yet
+// The connection's stream holds bytes sent with MSG_MORE and not yet
 // announced: announce them kCorkLimit from now unless a later call does.
-// If no thread can be started, the bytes wait for the next call, as before.
-void flush_cork_later(int fd, const Connection* connection);
+// The flusher keeps the connection itself (weakly), never its fd number. If
+// no thread can be started, the bytes wait for the next call, as before.
+void flush_cork_later(std::weak_ptr<Connection> connection);
 
 }  // namespace qpsock::upgrade

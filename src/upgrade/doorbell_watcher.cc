@@ -21,7 +21,7 @@ namespace {
 
 class DoorbellWatcher : public HelperLock {
  public:
-  void watch(int fd);
+  void watch(KeptFd tcp);
   void run();
   void forget_after_fork();
 
@@ -35,10 +35,13 @@ class DoorbellWatcher : public HelperLock {
 
 DoorbellWatcher& watcher() { return fork_aware_instance<DoorbellWatcher>(); }
 
-void DoorbellWatcher::watch(int fd) {
+void DoorbellWatcher::watch(KeptFd tcp) {
   ErrnoGuard errno_guard;
   std::lock_guard lock(mutex_);
   if (!start_locked()) return;
+  const FdUse use(tcp);
+  if (!use) return;  // closed: nothing left to watch
+  const int fd = use.fd();
   // Edge-triggered: a FIN leaves the socket readable for good, and must not
   // keep the thread awake. Only the fd is kept: when it fires, the fd is
   // looked up again (a closed fd leaves the set with its socket; a stale
@@ -93,6 +96,6 @@ void DoorbellWatcher::forget_after_fork() {
 
 }  // namespace
 
-void watch_for_doorbells(int fd) { watcher().watch(fd); }
+void watch_for_doorbells(KeptFd tcp) { watcher().watch(tcp); }
 
 }  // namespace qpsock::upgrade

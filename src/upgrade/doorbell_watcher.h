@@ -8,11 +8,15 @@
 // the peer rings (stream/control_doorbell.h), lets the stream answer.
 #pragma once
 
+#include "common/kept_fd.h"
+
 namespace qpsock::upgrade {
 
-// fd's receiving direction switched to its stream: watch its TCP socket.
-// If no thread can be started, peers' cancels wait for the application's
-// next call on the socket, as before.
-void watch_for_doorbells(int fd);
+// The connection's receiving direction switched to its stream: watch its
+// TCP socket, `tcp` (added under an FdUse: never a number the application
+// closed). A wakeup looks the connection up by number again, and it takes
+// doorbells only through its own kept number. If no thread can be started,
+// peers' cancels wait for the application's next call on the socket.
+void watch_for_doorbells(KeptFd tcp);
 
 }  // namespace qpsock::upgrade

@@ -69,17 +69,19 @@ int find_peer_socket_inode(int tcp_fd, uint64_t& inode) {
   return find_tcp_socket_inode(remote, local, inode);
 }
 
-int run_handshake(Connection& connection, int tcp_fd, int side_fd, uint64_t peer_socket_inode,
+int run_handshake(Connection& connection, KeptFd tcp, int side_fd, uint64_t peer_socket_inode,
                   Deadline deadline) {
   Hello theirs{};
   pid_t peer_pid = 0;
-  if (int error = exchange_hellos(connection, tcp_fd, side_fd, peer_socket_inode, deadline, theirs,
+  if (int error = exchange_hellos(connection, tcp.fd, side_fd, peer_socket_inode, deadline, theirs,
                                   peer_pid);
       error < 0)
     return error;
 
   const bool initiator = connection.role() == config::Role::server;
-  const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
+  stream::StreamSettings settings;
+  if (const FdUse use(tcp); use) settings = stream_settings_for_socket(use.fd());
+  else return -ENOTCONN;  // closed meanwhile
   transport::shm::ShmOptions options;
   options.ring_size = settings.ring_size;
   options.setup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -103,7 +105,7 @@ int run_handshake(Connection& connection, int tcp_fd, int side_fd, uint64_t peer
 
   // Installed before "ready": once the peer hears it, it may switch, and our
   // reads must then know to look for its switch header.
-  connection.install(std::move(stream), theirs.token, tcp_fd, stats::Path::shm);
+  connection.install(std::move(stream), theirs.token, tcp, stats::Path::shm);
   const char ready = 'R';
   char peer_ready = 0;
   if (int error = send_exactly(side_fd, &ready, 1, deadline); error < 0) return error;

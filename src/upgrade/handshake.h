@@ -13,8 +13,9 @@ namespace qpsock::upgrade {
 // On success the connection is established and both ends may switch. 0 or
 // -errno; on failure the caller declines the connection (it stays on TCP).
 // `peer_socket_inode`: the peer's end of the TCP connection, which the peer
-// process must be shown to hold.
-int run_handshake(Connection& connection, int tcp_fd, int side_fd, uint64_t peer_socket_inode,
+// process must be shown to hold. `tcp` is kept (common/kept_fd.h): the
+// handshake may outlast the application's hold on the number.
+int run_handshake(Connection& connection, KeptFd tcp, int side_fd, uint64_t peer_socket_inode,
                   Deadline deadline);
 
 // The inode of the other end of TCP connection `tcp_fd` (it is on this host), or -errno.

@@ -105,29 +105,35 @@ bool names_socket(int fd, uint64_t socket_inode) {
 
 }  // namespace
 
-int socket_fd_of(const Connection& connection, int offered_fd, uint64_t socket_inode) {
-  if (offered_fd >= 0 && find_connection(offered_fd).get() == &connection &&
-      names_socket(offered_fd, socket_inode))
-    return offered_fd;
+KeptFd kept_socket_fd(const Connection& connection, int offered_fd, uint64_t socket_inode) {
+  if (offered_fd >= 0) {
+    const KeptFd offered = keep_fd(offered_fd);
+    if (find_connection(offered_fd).get() == &connection && names_socket(offered_fd, socket_inode))
+      return offered;
+  }
   // Every fd of the connection, lowest first: the registry follows a dup2
   // only after its system call, so a number it still gives may already name
   // another file.
-  int found = -ENOTCONN;
+  KeptFd found;
   visit_connections([&](int fd, Connection& attached) {
-    if (found < 0 && &attached == &connection && names_socket(fd, socket_inode)) found = fd;
+    if (!found.empty() || &attached != &connection) return;
+    const KeptFd candidate = keep_fd(fd);
+    if (names_socket(fd, socket_inode)) found = candidate;
   });
   return found;
 }
 
-int read_socket(const Connection& connection, int& tcp_fd, uint64_t socket_inode,
-                stream::FunctionRef<int(int fd)> read) {
+int read_socket(const Connection& connection, int offered_fd, uint64_t socket_inode,
+                stream::FunctionRef<int(int fd)> read, KeptFd& socket) {
   // A few tries: a program's moves are far apart next to a lookup.
   for (int attempt = 0; attempt < kSocketReadAttempts; ++attempt) {
-    const int fd = socket_fd_of(connection, tcp_fd, socket_inode);
-    if (fd < 0) return fd;
-    const int result = read(fd);
-    if (names_socket(fd, socket_inode)) {
-      tcp_fd = fd;
+    const KeptFd kept = kept_socket_fd(connection, offered_fd, socket_inode);
+    if (kept.empty()) return -ENOTCONN;
+    const FdUse use(kept);
+    if (!use) continue;
+    const int result = read(use.fd());
+    if (names_socket(use.fd(), socket_inode)) {
+      socket = kept;
       return result;
     }
   }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "common/kept_fd.h"
 #include "stream/function_ref.h"
 
 namespace qpsock::upgrade {
@@ -24,23 +25,25 @@ int find_tcp_socket_inode(const sockaddr_storage& local, const sockaddr_storage&
 int socket_inode_of_fd(int fd, uint64_t& inode);
 
 // The fd through which this process now holds `connection`'s socket, whose
-// inode is `socket_inode`: `offered_fd` while it still is that, else another
-// fd of the connection that is (a shell's `exec 3<>/dev/tcp/...` connects on
-// one number, then dup2s it to 3 and closes the first). -ENOTCONN if none is
-// (the application closed it, and may have reused the number).
-int socket_fd_of(const Connection& connection, int offered_fd, uint64_t socket_inode);
+// inode is `socket_inode`, kept (common/kept_fd.h: kept first, then checked,
+// so a close after the check ends the keep): `offered_fd` while it still is
+// that, else another fd of the connection that is (a shell's `exec
+// 3<>/dev/tcp/...` connects on one number, then dup2s it to 3 and closes
+// the first). Empty if none is (the application closed it, and may have
+// reused the number).
+KeptFd kept_socket_fd(const Connection& connection, int offered_fd, uint64_t socket_inode);
 
 // How often read_socket looks again when the socket moved under it.
 inline constexpr int kSocketReadAttempts = 8;
 
-// Runs `read` (0 or -errno) on the socket's current fd (socket_fd_of, from
-// `tcp_fd`, which becomes the fd read) and trusts its result only if that
-// fd still names the socket after it: the application may renumber the
-// socket meanwhile (a shell's `printf ... >&3` dup2s it onto fd 1 for the
-// builtin and then puts fd 1 back). What `read` returned, or -ENOTCONN when
-// the socket is gone (or kept moving).
-int read_socket(const Connection& connection, int& tcp_fd, uint64_t socket_inode,
-                stream::FunctionRef<int(int fd)> read);
+// Runs `read` (0 or -errno) on the socket's current fd (kept_socket_fd,
+// from `offered_fd`), under an FdUse, and trusts its result only if that fd
+// still names the socket after it: the application may renumber the socket
+// meanwhile (a shell's `printf ... >&3` dup2s it onto fd 1 for the builtin
+// and then puts fd 1 back). `socket` is then the kept number read. What
+// `read` returned, or -ENOTCONN when the socket is gone (or kept moving).
+int read_socket(const Connection& connection, int offered_fd, uint64_t socket_inode,
+                stream::FunctionRef<int(int fd)> read, KeptFd& socket);
 
 // Whether process `pid` has socket `inode` open (one of /proc/PID/fd/* is
 // "socket:[inode]"). False when we may not look (another user's process).

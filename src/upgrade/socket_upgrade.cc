@@ -39,7 +39,8 @@ void try_same_host_upgrade(int fd, Connection& connection, uint64_t client_inode
     connection.decline("the peer offers no upgrade (no qpsock, or it declined)");
     return;
   }
-  const int result = run_handshake(connection, fd, side_fd, client_inode, upgrade_deadline());
+  // The application's own call on fd: the number is the socket now.
+  const int result = run_handshake(connection, keep_fd(fd), side_fd, client_inode, upgrade_deadline());
   next::close(side_fd);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: upgrade declined (%d); stays on TCP", fd, result);
@@ -238,14 +239,6 @@ void attach_statistics(int fd, stats::Handle handle) {
   if (handle == 0 || !any_connections()) return;
   if (std::shared_ptr<Connection> connection = find_connection(fd))
     connection->attach_statistics(handle);
-}
-
-void fd_about_to_be_replaced(int fd) {
-  if (!any_connections()) return;
-  std::shared_ptr<Connection> connection = find_connection(fd);
-  if (connection == nullptr || connection->control_fd() != fd) return;
-  ErrnoGuard errno_guard;
-  connection->control_fd_left(fd);
 }
 
 void connection_copied(int source, int destination) {

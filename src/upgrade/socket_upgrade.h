@@ -33,10 +33,6 @@ void begin_server_upgrade_when_watched(int fd);
 // socket, or one that stays on TCP). A server's first call tries the upgrade.
 ConnectionHold connection_for_io(int fd);
 
-// dup2 or dup3 is about to put another file on `fd`: a stream that watches
-// `fd` moves to another fd of its socket first, so that it never reads the
-// new file (connection_copied comes only after the kernel's call).
-void fd_about_to_be_replaced(int fd);
 // dup, dup2, dup3, F_DUPFD: destination now refers to source's socket (and
 // its Connection). A socket it referred to before, still open under another
 // fd, is watched through that one.

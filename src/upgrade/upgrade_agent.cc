@@ -297,19 +297,19 @@ void UpgradeAgent::answer_same_host(Offer offer) {
     return;
   }
   // The application may have renumbered the socket, or closed it and reused the number.
-  int tcp_fd = offer.tcp_fd;
+  KeptFd tcp;
   uint64_t peer_inode = 0;
-  int result = read_socket(*connection, tcp_fd, offer.tcp_socket_inode, [&peer_inode](int fd) {
+  int result = read_socket(*connection, offer.tcp_fd, offer.tcp_socket_inode, [&peer_inode](int fd) {
     return find_peer_socket_inode(fd, peer_inode);
-  });
-  if (result == 0) result = run_handshake(*connection, tcp_fd, side_fd, peer_inode, offer.deadline);
+  }, tcp);
+  if (result == 0) result = run_handshake(*connection, tcp, side_fd, peer_inode, offer.deadline);
   next::close(side_fd);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: upgrade declined (%d); the connection stays on TCP", offer.tcp_fd, result);
     connection->decline("the upgrade handshake failed");
     return;
   }
-  QPSOCK_LOG(info, "fd %d: upgraded to shared memory", tcp_fd);
+  QPSOCK_LOG(info, "fd %d: upgraded to shared memory", tcp.fd);
 }
 
 // A server came over rdma_cm: accept it, then the listeners are done either way.

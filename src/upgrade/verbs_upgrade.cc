@@ -72,8 +72,9 @@ DeviceName device_of(const VerbsConnection& verbs) {
 }
 
 // Both roles, once the queue pair is connected: the Stream over it, installed.
-int start_stream(Connection& connection, int tcp_fd, VerbsConnection verbs,
+int start_stream(Connection& connection, KeptFd tcp, VerbsConnection verbs,
                  stream::StreamSettings settings) {
+  const int tcp_fd = tcp.fd;  // for the log
   settings = verbs.stream_settings(settings);
   if (settings.rendezvous_threshold == stream::kNoRendezvous)
     QPSOCK_LOG(debug, "fd %d: Soft-RoCE at one end: large writes are copied, not pulled by RDMA reads",
@@ -88,7 +89,7 @@ int start_stream(Connection& connection, int tcp_fd, VerbsConnection verbs,
       error < 0)
     return error;
   if (int error = stream->connect(verbs.peer_endpoint); error < 0) return error;
-  return connection.install_announced(std::move(stream), tcp_fd, stats::Path::rdma);
+  return connection.install_announced(std::move(stream), tcp, stats::Path::rdma);
 }
 
 void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_ptr<Connection>& weak,
@@ -106,17 +107,18 @@ void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_pt
   }
   VerbsConnection verbs;
   int result = VerbsConnector(options_for(settings)).connect(local, peer, deadline, verbs);
+  KeptFd tcp;
   std::shared_ptr<Connection> connection = weak.lock();
   if (connection == nullptr) return;  // closed meanwhile; the queue pair goes with `verbs`
   DeviceName device{};
   if (result == 0) {
     device = device_of(verbs);
     // The application may have renumbered the socket meanwhile.
-    const int current_fd = socket_fd_of(*connection, tcp_fd, tcp_socket_inode);
-    if (current_fd < 0) result = current_fd;
-    else tcp_fd = current_fd;
+    tcp = kept_socket_fd(*connection, tcp_fd, tcp_socket_inode);
+    if (tcp.empty()) result = -ENOTCONN;
+    else tcp_fd = tcp.fd;
   }
-  if (result == 0) result = start_stream(*connection, tcp_fd, std::move(verbs), settings);
+  if (result == 0) result = start_stream(*connection, tcp, std::move(verbs), settings);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: no RDMA upgrade with %s (%s); stays on TCP", tcp_fd,
                describe_address(peer).c_str(), strerrordesc_np(-result));
@@ -167,6 +169,7 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
   int result = listener.accept(deadline, verbs);
   DeviceName device{};
   sockaddr_storage tcp_peer{};
+  KeptFd tcp;
   if (result == 0) {
     device = device_of(verbs);
     // Under the number the application holds the socket by now. A connection
@@ -176,7 +179,8 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
       socklen_t length = sizeof(tcp_peer);
       auto* address = reinterpret_cast<sockaddr*>(&tcp_peer);
       return next::getpeername(fd, address, &length) == 0 ? 0 : -errno;
-    });
+    }, tcp);
+    if (result == 0) tcp_fd = tcp.fd;
     if (result == -ENOTCONN)
       QPSOCK_LOG(debug, "fd %d: the TCP connection was closed or ended before its RDMA upgrade",
                  tcp_fd);
@@ -190,11 +194,13 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
     result = -EACCES;
   }
   if (result == 0) {
-    stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
+    stream::StreamSettings settings;
+    if (const FdUse use(tcp); use) settings = stream_settings_for_socket(use.fd());
+    else result = -ENOTCONN;  // closed meanwhile
     // The listener mapped rings of the size chosen at connect(); SO_RCVBUF
     // may have changed since.
     settings.ring_size = listener.options().ring_size;
-    result = start_stream(connection, tcp_fd, std::move(verbs), settings);
+    if (result == 0) result = start_stream(connection, tcp, std::move(verbs), settings);
   }
   if (result < 0) {
     if (result != -ENOTCONN)

@@ -21,52 +21,14 @@
 #include "common/unique_fd.h"
 #include "readiness/epoll_set.h"
 #include "stream/loopback_stream_pair.h"
+#include "support/upgraded_pair.h"
 #include "upgrade/connection.h"
 
 namespace qpsock::readiness {
 namespace {
 
-
-
-struct UpgradedPair {
-  UniqueFd client_fd;
-  UniqueFd server_fd;
-  std::shared_ptr<upgrade::Connection> client;
-  std::shared_ptr<upgrade::Connection> server;
-};
-
-// A connected, non-blocking TCP pair on 127.0.0.1 with streams installed on
-// both Connections and both send switches allowed.
-void make_upgraded_pair(UpgradedPair& pair) {
-  UniqueFd listener(::socket(AF_INET, SOCK_STREAM, 0));
-  ASSERT_TRUE(listener.valid());
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(::listen(listener.get(), 1), 0);
-  ASSERT_EQ(::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
-  pair.client_fd = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
-  ASSERT_TRUE(pair.client_fd.valid());
-  const int connected = ::connect(pair.client_fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  ASSERT_TRUE(connected == 0 || errno == EINPROGRESS);
-  pair.server_fd = UniqueFd(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK));
-  ASSERT_TRUE(pair.server_fd.valid());
-
-  stream::LoopbackStreamPair streams;
-  ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, streams), 0);
-  pair.client = std::make_shared<upgrade::Connection>(config::Role::client);
-  pair.server = std::make_shared<upgrade::Connection>(config::Role::server);
-  ASSERT_TRUE(pair.client->begin_negotiation());
-  ASSERT_TRUE(pair.server->begin_negotiation());
-  pair.client->install(std::move(streams.first), pair.server->expected_token(), pair.client_fd.get(),
-                       stats::Path::shm);
-  pair.server->install(std::move(streams.second), pair.client->expected_token(), pair.server_fd.get(),
-                       stats::Path::shm);
-  pair.client->allow_send_switch();
-  pair.server->allow_send_switch();
-}
+using testing::make_upgraded_pair;
+using testing::UpgradedPair;
 
 ssize_t send_text(upgrade::Connection& connection, int fd, const char* text) {
   iovec piece{const_cast<char*>(text), std::strlen(text)};

@@ -65,7 +65,7 @@ class ConnectionAfterFork : public ::testing::Test {
     ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
     connection = std::make_shared<Connection>(config::Role::client);
-    connection->install(std::move(pair.first), BindingToken{}, sockets[0], stats::Path::shm);
+    connection->install(std::move(pair.first), BindingToken{}, keep_fd(sockets[0]), stats::Path::shm);
     attach_connection(sockets[0], connection);
   }
   void TearDown() override {

@@ -92,7 +92,7 @@ TEST_F(ConnectionPassing, AnUpgradedSocketPassedIsResetAndItsPeerHearsIt) {
   stream::LoopbackStreamPair pair;
   ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
   auto connection = std::make_shared<Connection>(config::Role::client);
-  connection->install(std::move(pair.first), BindingToken{}, ours, stats::Path::shm);
+  connection->install(std::move(pair.first), BindingToken{}, keep_fd(ours), stats::Path::shm);
   attach_connection(ours, connection);
   connections_before_passing(carrier[0], PassingMessage(ours).message, 0);
   // The peer's kernel got a reset, and the peer's stream is broken.
@@ -112,7 +112,7 @@ TEST_F(ConnectionPassing, AHandshakeUnderWayIsWaitedFor) {
   ASSERT_EQ(stream::make_loopback_stream_pair({}, {}, {}, pair), 0);
   std::thread handshake([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    connection->install(std::move(pair.first), BindingToken{}, ours, stats::Path::shm);
+    connection->install(std::move(pair.first), BindingToken{}, keep_fd(ours), stats::Path::shm);
   });
   const auto start = std::chrono::steady_clock::now();
   connections_before_passing(carrier[0], PassingMessage(ours).message, 0);

@@ -43,7 +43,7 @@ class UnswitchedStream : public ::testing::Test {
                                     reinterpret_cast<const sockaddr*>(&peer), stats::Role::server,
                                     stats::Path::pending, "rdma", "negotiating");
     connection->attach_statistics(handle);
-    ASSERT_EQ(connection->install_announced(std::move(pair.first), sockets[0], stats::Path::rdma), 0);
+    ASSERT_EQ(connection->install_announced(std::move(pair.first), keep_fd(sockets[0]), stats::Path::rdma), 0);
     attach_connection(sockets[0], connection);
   }
   void TearDown() override {

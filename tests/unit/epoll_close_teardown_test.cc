@@ -83,7 +83,7 @@ int close_while_watched() {
   int sockets[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) < 0) return 2;
   auto connection = std::make_shared<upgrade::Connection>(config::Role::client);
-  connection->install(std::move(ours), upgrade::BindingToken{}, sockets[0], stats::Path::shm);
+  connection->install(std::move(ours), upgrade::BindingToken{}, keep_fd(sockets[0]), stats::Path::shm);
   upgrade::attach_connection(sockets[0], connection);
 
   const int epoll_fd = epoll_create1(EPOLL_CLOEXEC);

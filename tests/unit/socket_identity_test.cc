@@ -88,8 +88,11 @@ int read_peer(int fd, sockaddr_storage& peer) {
 
 // read_socket with a getpeername, as the server's RDMA accept reads.
 int read_peer_of(const Attached& attached, int& tcp_fd, int socket_fd, sockaddr_storage& peer) {
-  return read_socket(attached.connection(), tcp_fd, inode_of(socket_fd),
-                     [&peer](int fd) { return read_peer(fd, peer); });
+  KeptFd kept;
+  const int result = read_socket(attached.connection(), tcp_fd, inode_of(socket_fd),
+                                 [&peer](int fd) { return read_peer(fd, peer); }, kept);
+  if (!kept.empty()) tcp_fd = kept.fd;
+  return result;
 }
 
 TEST(SocketIdentity, TheSocketIsReadUnderTheNumberItHasNow) {
@@ -136,15 +139,16 @@ TEST(SocketIdentity, AReadWhoseNumberMovedUnderItIsNotTrusted) {
   int tcp_fd = lower.get();
   int reads = 0;
   sockaddr_storage peer{};
+  KeptFd kept;
   EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(ours.accepted.get()),
                         [&](int fd) {
                           ++reads;
                           if (fd == lower.get()) dup2(other.accepted.get(), fd);
                           return read_peer(fd, peer);
-                        }),
+                        }, kept),
             0);
   EXPECT_EQ(reads, 2);
-  EXPECT_EQ(tcp_fd, ours.accepted.get());
+  EXPECT_EQ(kept.fd, ours.accepted.get());
   EXPECT_EQ(port_of(peer), own_port(ours.connecting.get()))
       << "trusted the peer read through a number that named another socket by then";
 }
@@ -157,8 +161,9 @@ TEST(SocketIdentity, AConnectionAtNoNumberThatIsItsSocketIsGone) {
   ASSERT_NO_FATAL_FAILURE(attached.at(other.accepted.get()));
   int tcp_fd = other.accepted.get();
   int reads = 0;
+  KeptFd kept;
   EXPECT_EQ(read_socket(attached.connection(), tcp_fd, inode_of(ours.accepted.get()),
-                        [&reads](int) { return ++reads, 0; }),
+                        [&reads](int) { return ++reads, 0; }, kept),
             -ENOTCONN);
   EXPECT_EQ(reads, 0) << "read a socket that is not the connection's";
 }

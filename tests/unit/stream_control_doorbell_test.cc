@@ -29,54 +29,54 @@ class ControlDoorbellTest : public ::testing::Test {
 
 TEST_F(ControlDoorbellTest, NothingWaitingIsQuiet) {
   errno = 1234;
-  EXPECT_EQ(take_doorbells(ours()), ControlState::quiet);
+  EXPECT_EQ(take_doorbells(keep_fd(ours())), ControlState::quiet);
   EXPECT_EQ(errno, 1234);
 }
 
 TEST_F(ControlDoorbellTest, EveryWaitingDoorbellIsTaken) {
-  for (int rings = 0; rings < 200; ++rings) ring_doorbell(peers());
-  EXPECT_EQ(take_doorbells(ours()), ControlState::quiet);
+  for (int rings = 0; rings < 200; ++rings) ring_doorbell(keep_fd(peers()));
+  EXPECT_EQ(take_doorbells(keep_fd(ours())), ControlState::quiet);
   char byte;
   EXPECT_EQ(recv(ours(), &byte, 1, MSG_DONTWAIT), -1);
   EXPECT_EQ(errno, EAGAIN);
 }
 
 TEST_F(ControlDoorbellTest, DoorbellsThenTheFinAreAnEndOfFile) {
-  ring_doorbell(peers());
+  ring_doorbell(keep_fd(peers()));
   shutdown(peers(), SHUT_WR);
-  EXPECT_EQ(take_doorbells(ours()), ControlState::end_of_file);
+  EXPECT_EQ(take_doorbells(keep_fd(ours())), ControlState::end_of_file);
 }
 
 TEST_F(ControlDoorbellTest, AByteThatIsNotADoorbellMeansThePeerIsGone) {
-  ring_doorbell(peers());
+  ring_doorbell(keep_fd(peers()));
   ASSERT_EQ(send(peers(), "x", 1, 0), 1);
-  EXPECT_EQ(take_doorbells(ours()), ControlState::gone);
+  EXPECT_EQ(take_doorbells(keep_fd(ours())), ControlState::gone);
 }
 
 TEST_F(ControlDoorbellTest, RingingAClosedPeerNeitherFailsNorRaisesSigpipe) {
   close(ends_[0]);
   ends_[0] = -1;
   errno = 4321;
-  ring_doorbell(peers());  // MSG_NOSIGNAL: the test process would die of SIGPIPE
+  ring_doorbell(keep_fd(peers()));  // MSG_NOSIGNAL: the test process would die of SIGPIPE
   EXPECT_EQ(errno, 4321);
 }
 
 TEST_F(ControlDoorbellTest, BeforeTheSwitchBytesAreOnlyPeekedAt) {
   ASSERT_EQ(send(peers(), "DD", 2, 0), 2);  // the application's, though they look like doorbells
   shutdown(peers(), SHUT_WR);
-  EXPECT_FALSE(control_reads_end_of_file(ours(), DoorbellsPossible::no));
+  EXPECT_FALSE(control_reads_end_of_file(keep_fd(ours()), DoorbellsPossible::no));
   char bytes[2];
   EXPECT_EQ(recv(ours(), bytes, sizeof bytes, MSG_DONTWAIT), 2);  // still there for the reader
-  EXPECT_TRUE(control_reads_end_of_file(ours(), DoorbellsPossible::no));
+  EXPECT_TRUE(control_reads_end_of_file(keep_fd(ours()), DoorbellsPossible::no));
 }
 
 TEST_F(ControlDoorbellTest, AfterTheSwitchDoorbellsBeforeTheFinStillReadAsEndOfFile) {
-  ring_doorbell(peers());
-  ring_doorbell(peers());
-  EXPECT_FALSE(control_reads_end_of_file(ours(), DoorbellsPossible::yes));
+  ring_doorbell(keep_fd(peers()));
+  ring_doorbell(keep_fd(peers()));
+  EXPECT_FALSE(control_reads_end_of_file(keep_fd(ours()), DoorbellsPossible::yes));
   shutdown(peers(), SHUT_WR);
   errno = 77;
-  EXPECT_TRUE(control_reads_end_of_file(ours(), DoorbellsPossible::yes));
+  EXPECT_TRUE(control_reads_end_of_file(keep_fd(ours()), DoorbellsPossible::yes));
   EXPECT_EQ(errno, 77);
 }
 
@@ -84,7 +84,7 @@ TEST_F(ControlDoorbellTest, AResetIsNoEndOfFile) {
   ASSERT_EQ(send(ours(), "x", 1, 0), 1);
   close(ends_[1]);  // unread bytes: a UNIX stream socket's peer then reads ECONNRESET
   ends_[1] = -1;
-  EXPECT_FALSE(control_reads_end_of_file(ours(), DoorbellsPossible::yes));
+  EXPECT_FALSE(control_reads_end_of_file(keep_fd(ours()), DoorbellsPossible::yes));
 }
 
 }  // namespace

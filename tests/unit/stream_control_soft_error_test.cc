@@ -129,16 +129,16 @@ TEST_F(ControlSoftErrorTest, BeforeTheSwitchTheConnectionIsNotGone) {
   ASSERT_TRUE(error_pending());
   int error = 0;
   errno = 55;
-  EXPECT_EQ(read_control_state(ours_, DoorbellsPossible::no, &error), ControlState::quiet);
+  EXPECT_EQ(read_control_state(keep_fd(ours_), DoorbellsPossible::no, &error), ControlState::quiet);
   EXPECT_EQ(errno, 55);
 }
 
 TEST_F(ControlSoftErrorTest, AfterTheSwitchDoorbellsAreStillTaken) {
-  ring_doorbell(peers_);
+  ring_doorbell(keep_fd(peers_));
   usleep(20000);
   send_host_unreachable();
   ASSERT_TRUE(error_pending());
-  EXPECT_EQ(take_doorbells(ours_), ControlState::quiet);
+  EXPECT_EQ(take_doorbells(keep_fd(ours_)), ControlState::quiet);
   char byte;
   EXPECT_EQ(recv(ours_, &byte, 1, MSG_DONTWAIT), -1);
   EXPECT_EQ(errno, EAGAIN) << "the doorbell was left unread";
@@ -149,7 +149,7 @@ TEST_F(ControlSoftErrorTest, AfterTheSwitchDoorbellsAreStillTaken) {
   peers_ = -1;
   usleep(20000);
   int error = 0;
-  EXPECT_EQ(take_doorbells(ours_, &error), ControlState::gone);
+  EXPECT_EQ(take_doorbells(keep_fd(ours_), &error), ControlState::gone);
   EXPECT_EQ(error, ECONNRESET);
 }
 

@@ -266,7 +266,7 @@ TEST_F(StreamReceiveFlagsTest, AControlEventCanBreakTheStream) {
   int control[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
   std::atomic<int> events{0};
-  reader().set_control_channel(control[0], [&](short revents) {
+  reader().set_control_channel(keep_fd(control[0]), [&](short revents) {
     events += 1;
     return (revents & POLLIN) != 0 ? ControlVerdict::connection_lost : ControlVerdict::keep_waiting;
   });
@@ -291,7 +291,7 @@ TEST_F(StreamReceiveFlagsTest, AControlEventCanBreakTheStream) {
 TEST_F(StreamReceiveFlagsTest, WhatArrivedBeforeTheControlChannelsResetIsReadFirst) {
   int control[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
-  reader().set_control_channel(control[0], [](short revents) {
+  reader().set_control_channel(keep_fd(control[0]), [](short revents) {
     return (revents & POLLERR) != 0 ? ControlVerdict::connection_lost : ControlVerdict::keep_waiting;
   });
   Watchdog watchdog(30s);
@@ -317,8 +317,8 @@ class StreamPeerLeavesTest : public StreamReceiveFlagsTest {
     StreamReceiveFlagsTest::SetUp();
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control_), 0);
     reader().set_control_channel(
-        control_[0], [](short) { return ControlVerdict::keep_waiting; },
-        [this] { return read_control_state(control_[0], DoorbellsPossible::yes); });
+        keep_fd(control_[0]), [](short) { return ControlVerdict::keep_waiting; },
+        [this] { return read_control_state(keep_fd(control_[0]), DoorbellsPossible::yes); });
   }
   void TearDown() override {
     ::close(control_[0]);
@@ -387,8 +387,8 @@ TEST(StreamPeerLeavesMidWrite, WhatLandedOfTheWriteIsReadThenEndOfFile) {
   int control[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
   pair.second->set_control_channel(
-      control[0], [](short) { return ControlVerdict::keep_waiting; },
-      [&] { return read_control_state(control[0], DoorbellsPossible::yes); });
+      keep_fd(control[0]), [](short) { return ControlVerdict::keep_waiting; },
+      [&] { return read_control_state(keep_fd(control[0]), DoorbellsPossible::yes); });
   std::vector<uint8_t> large(200 << 10);
   fill_pattern(12, 0, large);
   std::thread dying_writer([&] {
@@ -471,7 +471,7 @@ TEST_F(StreamReceiveFlagsTest, AStopWatchingVerdictKeepsTheStreamAlive) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
   ::close(control[1]);  // readable (EOF) forever
   std::atomic<int> events{0};
-  reader().set_control_channel(control[0], [&](short) {
+  reader().set_control_channel(keep_fd(control[0]), [&](short) {
     events += 1;
     return ControlVerdict::stop_watching;
   });

@@ -295,7 +295,7 @@ TEST(StreamRendezvousPatience, AWriteTheReaderHasBegunIsNotCancelledWhenThePatie
   ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair), 0);
   int control[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, control), 0);
-  pair.first->set_control_channel(control[0], [](short) { return ControlVerdict::keep_waiting; });
+  pair.first->set_control_channel(keep_fd(control[0]), [](short) { return ControlVerdict::keep_waiting; });
   Watchdog watchdog(60s);
   std::vector<uint8_t> data(1 << 20);
   fill_pattern(12, 0, data);
