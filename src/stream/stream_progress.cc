@@ -334,9 +334,9 @@ Stream::PeerEnd Stream::peer_end_locked() {
     return reset("bytes of ours the peer has not credited back");
   // The control channel is the TCP connection: end of file there (not a
   // reset, not bytes) is the peer's kernel closing it in order, which it
-  // does when the process ends. Over shared memory its FIN is sent while the
-  // process's files close, before its death can wake us; between hosts the
-  // rdma_cm's disconnect may come first, and the FIN is waited for a moment.
+  // does when the process ends. Its leaving the link (the rdma_cm's
+  // disconnect, the shared-memory peer's pidfd) may come before the kernel
+  // has processed that FIN, and the FIN is then waited for a moment.
   switch (control_state_locked()) {
     case ControlState::end_of_file:
       return PeerEnd::orderly;

@@ -170,8 +170,8 @@ class Transport {
   // The peer's published count, if the transport has one.
   virtual std::optional<uint64_t> peer_consumed() const { return std::nullopt; }
   // Whether the link went because the peer's end left it (rdma_cm's
-  // disconnect request: its process closed the connection or ended), not
-  // through a failure seen here. Then its kernel is alive and sends the TCP
+  // disconnect request, or over shared memory its close or its process's
+  // end), not through a failure seen here. Then its kernel is alive and sends the TCP
   // connection's FIN or RST too, perhaps a moment later.
   virtual bool peer_left() const { return false; }
   // Whether the peer's process runs on this host and may share a core with

@@ -238,6 +238,7 @@ bool ShmTransport::link_failed(bool look_for_death) {
   if (peer_arena_->control().closed.load() != 0 || (look_for_death && peer_.exited())) {
     ErrnoGuard errno_guard;
     QPSOCK_LOG(debug, "shm: peer pid %d disconnected or exited", peer_.pid());
+    peer_left_ = true;
     break_link();
     return true;
   }

@@ -147,6 +147,10 @@ class ShmTransport final : public stream::Transport {
   void publish_consumed(uint64_t ring_bytes) override;
   std::optional<uint64_t> peer_consumed() const override;
   bool peer_may_share_core() const override { return true; }
+  // The peer closed its end or its process ended: its kernel sends the TCP
+  // connection's FIN or RST too, but it may not have been processed yet when
+  // the close or the pidfd wakes us.
+  bool peer_left() const override { return peer_left_; }
 
   pid_t peer_pid() const { return peer_.pid(); }
   // Whether the link is broken (a disconnect, a violation, the peer's end).
@@ -197,6 +201,7 @@ class ShmTransport final : public stream::Transport {
   ImmediateReceiver inbox_;
   CompletionQueue completions_;
   bool broken_ = false;
+  bool peer_left_ = false;
   bool failure_reported_ = false;
   int64_t death_checked_at_ = 0;  // coarse clock, nanoseconds
 };
