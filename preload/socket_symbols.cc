@@ -25,6 +25,10 @@ int connect(int fd, const sockaddr* address, socklen_t length) {
   return qpsock::sockets::connect(fd, address, length);
 }
 int close(int fd) { return qpsock::sockets::close(fd); }
+int close_range(unsigned first, unsigned last, int flags) noexcept {
+  return qpsock::sockets::close_range(first, last, flags);
+}
+void closefrom(int lowest) noexcept { qpsock::sockets::closefrom(lowest); }
 int shutdown(int fd, int how) noexcept { return qpsock::sockets::shutdown(fd, how); }
 
 int dup(int fd) noexcept { return qpsock::sockets::dup(fd); }

@@ -96,6 +96,8 @@ void fence_fd_close(int fd) {
   }
 }
 
+int highest_kept_fd() { return highest_kept.load(std::memory_order_acquire); }
+
 void kept_fds_after_fork_in_child() {
   if (!any_kept.load(std::memory_order_acquire)) return;
   const int highest = highest_kept.load(std::memory_order_acquire);

@@ -66,6 +66,9 @@ class FdUse {
 // ever kept.
 void fence_fd_close(int fd);
 
+// The highest number ever kept (-1: none): close_range looks no further.
+int highest_kept_fd();
+
 // In a forked child, before any other call: the uses of the parent's other
 // threads went with them.
 void kept_fds_after_fork_in_child();

@@ -134,6 +134,12 @@ const decltype(&::connect) connect = [](int fd, const sockaddr* address, socklen
 const decltype(&::close) close = [](int fd) noexcept {
   return static_cast<int>(syscall(SYS_close, fd));
 };
+const decltype(&::close_range) close_range = [](unsigned first, unsigned last, int flags) noexcept {
+  return static_cast<int>(syscall(SYS_close_range, first, last, flags));
+};
+const decltype(&::closefrom) closefrom = [](int lowest) noexcept {
+  syscall(SYS_close_range, static_cast<unsigned>(lowest), ~0u, 0);
+};
 const decltype(&::shutdown) shutdown = [](int fd, int how) noexcept {
   return static_cast<int>(syscall(SYS_shutdown, fd, how));
 };

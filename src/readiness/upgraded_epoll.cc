@@ -1,5 +1,6 @@
 #include "readiness/upgraded_epoll.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <mutex>
@@ -107,6 +108,14 @@ int epoll_wait_through(int epoll_fd, epoll_event* events, int capacity, const ti
   const int kept = set->take_cookies(events, polled, capacity);
   if (kept > 0) return kept;
   return set->wait(events, capacity, timeout, mask);
+}
+
+int highest_epoll_set_fd() {
+  Registry& all = registry();
+  std::lock_guard lock(all.mutex);
+  int highest = -1;
+  for (const auto& [fd, set] : all.sets) highest = std::max(highest, fd);
+  return highest;
 }
 
 void fd_closing(int fd) {

@@ -26,6 +26,8 @@ int epoll_wait_through(int epoll_fd, epoll_event* events, int capacity, const ti
 // The application closes fd, or dup2 replaces it: its registrations, and its
 // EpollSet if it is an epoll fd, go (called before the kernel's close).
 void fd_closing(int fd);
+// The highest epoll fd with a set of ours (-1: none).
+int highest_epoll_set_fd();
 // The EpollSet of an epoll fd that holds sockets qpsock watches, or null:
 // then epoll_wait on it, and a wait on its fd, are the kernel's.
 std::shared_ptr<EpollSet> active_epoll_set(int fd);

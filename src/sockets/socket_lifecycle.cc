@@ -1,10 +1,12 @@
 #include "sockets/socket_lifecycle.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/errno_guard.h"
@@ -135,6 +137,38 @@ int close(int fd) {
   table().forget(fd);
   number_closing(fd);
   return next::close(fd);
+}
+
+namespace {
+
+// close's bookkeeping for the fds of [first, last] (ends included) that
+// qpsock may know of: none lies above the highest it ever recorded.
+void range_closing(unsigned first, unsigned last) {
+  const int highest = std::max({upgrade::highest_connection_fd(), highest_kept_fd(),
+                                readiness::highest_epoll_set_fd()});
+  if (highest < 0 || first > static_cast<unsigned>(highest)) return;
+  const ErrnoGuard errno_guard;
+  const int end = static_cast<int>(std::min(last, static_cast<unsigned>(highest)));
+  for (int fd = static_cast<int>(first); fd <= end; ++fd) {
+    record_fd_close(fd);
+    table().forget(fd);
+    number_closing(fd);
+  }
+}
+
+}  // namespace
+
+int close_range(unsigned first, unsigned last, int flags) {
+  // Only a valid call closes anything (CLOSE_RANGE_CLOEXEC closes nothing now).
+  if (first <= last && (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) == 0 &&
+      (flags & CLOSE_RANGE_CLOEXEC) == 0)
+    range_closing(first, last);
+  return next::close_range(first, last, flags);
+}
+
+void closefrom(int lowest) {
+  if (lowest >= 0) range_closing(static_cast<unsigned>(lowest), ~0u);
+  next::closefrom(lowest);
 }
 
 int shutdown(int fd, int how) {

@@ -15,6 +15,9 @@ int accept(int fd, sockaddr* address, socklen_t* length);
 int accept4(int fd, sockaddr* address, socklen_t* length, int flags);
 int connect(int fd, const sockaddr* address, socklen_t length);
 int close(int fd);
+// As close for each fd of the range that qpsock knows of, then the kernel's.
+int close_range(unsigned first, unsigned last, int flags);
+void closefrom(int lowest);
 int shutdown(int fd, int how);
 
 int dup(int fd);

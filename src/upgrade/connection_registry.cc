@@ -173,6 +173,8 @@ int attached_fd(const Connection* connection, int preferred, int excluded) {
 
 bool connection_in_use(const Connection* connection) { return connection->attached_fds() > 0; }
 
+int highest_connection_fd() { return registry().highest_fd.load(std::memory_order_acquire); }
+
 void visit_connections(stream::FunctionRef<void(int fd, Connection& connection)> visit) {
   Registry& entries = registry();
   if (entries.count.load(std::memory_order_acquire) == 0) return;

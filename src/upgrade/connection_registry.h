@@ -68,6 +68,8 @@ std::shared_ptr<Connection> copy_connection(int source, int destination);
 int attached_fd(const Connection* connection, int preferred, int excluded = -1);
 // Whether `connection` is still attached to any fd.
 bool connection_in_use(const Connection* connection);
+// The highest fd that ever had a Connection (-1: none).
+int highest_connection_fd();
 // Calls visit(fd, connection) for every fd that has a Connection (exec, which
 // resets inherited upgraded sockets). visit must not touch the registry.
 void visit_connections(stream::FunctionRef<void(int fd, Connection& connection)> visit);
