@@ -1,5 +1,6 @@
 #include "common/kept_fd.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <atomic>
@@ -50,7 +51,10 @@ void drop_use_note() { --this_thread_uses.count; }
 KeptFd keep_fd(int fd) {
   std::atomic<uint64_t>* word = fence_words.at(fd);
   if (word == nullptr) return KeptFd{fd, 0};
-  if (!any_kept.load(std::memory_order_relaxed)) any_kept.store(true, std::memory_order_seq_cst);
+  if (!any_kept.load(std::memory_order_relaxed)) {
+    watch_forks_for_kept_fds();
+    any_kept.store(true, std::memory_order_seq_cst);
+  }
   int highest = highest_kept.load(std::memory_order_relaxed);
   while (fd > highest && !highest_kept.compare_exchange_weak(highest, fd, std::memory_order_relaxed)) {
   }
@@ -84,7 +88,7 @@ FdUse::~FdUse() {
 }
 
 void fence_fd_close(int fd) {
-  if (!any_kept.load(std::memory_order_acquire)) return;
+  if (!any_kept.load(std::memory_order_seq_cst)) return;
   std::atomic<uint64_t>* word = fence_words.at(fd);
   if (word == nullptr) return;
   uint64_t current = word->fetch_add(kOneClose, std::memory_order_acq_rel) + kOneClose;
@@ -98,7 +102,9 @@ void fence_fd_close(int fd) {
 
 int highest_kept_fd() { return highest_kept.load(std::memory_order_acquire); }
 
-void kept_fds_after_fork_in_child() {
+namespace {
+
+void drop_other_threads_uses_in_child() {
   if (!any_kept.load(std::memory_order_acquire)) return;
   const int highest = highest_kept.load(std::memory_order_acquire);
   for (int fd = 0; fd <= highest; ++fd) {
@@ -108,6 +114,14 @@ void kept_fds_after_fork_in_child() {
     if ((current & kUsesMask) != 0)
       word->store((current & ~kUsesMask) | uses_by_this_thread(fd), std::memory_order_relaxed);
   }
+}
+
+}  // namespace
+
+void watch_forks_for_kept_fds() {
+  static std::atomic<bool> registered{false};
+  if (registered.exchange(true, std::memory_order_acq_rel)) return;
+  pthread_atfork(nullptr, nullptr, drop_other_threads_uses_in_child);
 }
 
 }  // namespace qpsock

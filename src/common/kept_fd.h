@@ -69,8 +69,11 @@ void fence_fd_close(int fd);
 // The highest number ever kept (-1: none): close_range looks no further.
 int highest_kept_fd();
 
-// In a forked child, before any other call: the uses of the parent's other
-// threads went with them.
-void kept_fds_after_fork_in_child();
+// Registers the fork handler that drops, in a forked child, the uses of the
+// parent's other threads (they went with them). Idempotent; called at load,
+// so that it runs before the program's own child handlers (a handler that
+// closes a socket), and at the first keep otherwise. A child made without
+// the handlers (_Fork, a raw clone) keeps those uses.
+void watch_forks_for_kept_fds();
 
 }  // namespace qpsock

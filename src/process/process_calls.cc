@@ -1,5 +1,6 @@
 #include "process/process_calls.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -22,6 +23,8 @@ namespace qpsock::process {
 
 void on_library_load() {
   libc::resolve_all_next_symbols();
+  // First of the child's fork handlers (they run in the order registered).
+  watch_forks_for_kept_fds();
   capture_inherited_environment();
   upgrade::adopt_inherited_streams();
 }
@@ -34,7 +37,6 @@ pid_t fork() {
   pid_t result = next::fork();
   ErrnoGuard errno_guard;
   if (result == 0) {
-    kept_fds_after_fork_in_child();
     upgrade::connections_after_fork_in_child();
     transport::verbs::verbs_library_after_fork_in_child();
   }

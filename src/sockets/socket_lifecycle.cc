@@ -5,6 +5,8 @@
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -53,11 +55,19 @@ void number_closing(int fd) {
 }
 
 // dup2 and dup3 put old_fd's file on new_fd, closing what was there first,
-// unless old_fd is no open fd (then they fail and change nothing).
-void number_about_to_be_replaced(int old_fd, int new_fd) {
-  if (old_fd == new_fd) return;
+// unless they fail (old_fd no open fd, new_fd out of range, dup3's flags
+// bad: then they change nothing) or new_fd already holds that very file
+// (then nothing is closed, and the calls under way on it go on).
+void number_about_to_be_replaced(int old_fd, int new_fd, int flags = 0) {
+  if (old_fd == new_fd || new_fd < 0 || (flags & ~O_CLOEXEC) != 0) return;
   const ErrnoGuard errno_guard;
-  if (next::fcntl(old_fd, F_GETFD) < 0) return;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && static_cast<rlim_t>(new_fd) >= limit.rlim_cur) return;
+  struct stat old_file {}, new_file {};
+  if (fstat(old_fd, &old_file) != 0) return;
+  if (fstat(new_fd, &new_file) == 0 && new_file.st_dev == old_file.st_dev &&
+      new_file.st_ino == old_file.st_ino)
+    return;
   number_closing(new_fd);
 }
 
@@ -159,10 +169,10 @@ void range_closing(unsigned first, unsigned last) {
 }  // namespace
 
 int close_range(unsigned first, unsigned last, int flags) {
-  // Only a valid call closes anything (CLOSE_RANGE_CLOEXEC closes nothing now).
-  if (first <= last && (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)) == 0 &&
-      (flags & CLOSE_RANGE_CLOEXEC) == 0)
-    range_closing(first, last);
+  // Only a valid call closes anything: CLOSE_RANGE_CLOEXEC closes nothing
+  // now, and CLOSE_RANGE_UNSHARE closes only in the caller's own copy of
+  // the fd table (other threads keep theirs, and their connections).
+  if (first <= last && flags == 0) range_closing(first, last);
   return next::close_range(first, last, flags);
 }
 
@@ -198,7 +208,7 @@ int dup2(int old_fd, int new_fd) {
 }
 
 int dup3(int old_fd, int new_fd, int flags) {
-  number_about_to_be_replaced(old_fd, new_fd);
+  number_about_to_be_replaced(old_fd, new_fd, flags);
   int result = next::dup3(old_fd, new_fd, flags);
   if (result >= 0) {
     table().copy(old_fd, new_fd);

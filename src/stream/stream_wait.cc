@@ -79,13 +79,16 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     // may have it now (common/kept_fd.h).
     if (watching_control_ && !still_kept(control_)) watching_control_ = false;
     const bool watch_control = watching_control_;
-    if (watch_control) fds[count++] = {control_.fd, POLLIN, 0};
+    const KeptFd control = control_;
+    if (watch_control) fds[count++] = {control.fd, POLLIN, 0};
     wake_.add_sleeper();
     state.unlock();
     const int polled = next::poll(fds, count, poll_timeout(deadline));
     const int poll_error = polled < 0 ? errno : 0;
     ControlVerdict verdict = ControlVerdict::keep_waiting;
-    if (watch_control && fds[2].revents != 0) verdict = control_handler_(fds[2].revents);
+    // What poll saw of a number closed meanwhile may be another file's.
+    if (watch_control && fds[2].revents != 0 && still_kept(control))
+      verdict = control_handler_(fds[2].revents);
     state.lock();
     wake_.remove_sleeper();
 

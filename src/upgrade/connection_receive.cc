@@ -167,7 +167,14 @@ ssize_t Connection::receive_once(KeptFd socket, std::span<const iovec> buffers, 
     if (switch_point_ >= 0 && tcp_received_ == static_cast<uint64_t>(switch_point_)) {
       const int token = take_token_locked(fd);
       if (token < 0) return failed(token);
-      if (token > 0) continue;
+      if (token > 0) {
+        // From now on the TCP socket carries only doorbells, FIN and RST.
+        // Watched once our use has ended: the watcher's lock is held across
+        // fork, and a use must never wait for a lock.
+        use.reset();
+        watch_for_doorbells(socket);
+        continue;
+      }
       lock.unlock();
       use.reset();
       if (!blocking()) return failed(-EAGAIN);
@@ -293,8 +300,6 @@ int Connection::take_token_locked(int fd) {
     return -ECONNRESET;
   }
   receive_switched_.store(true, std::memory_order_release);
-  // From now on the TCP socket carries only doorbells, FIN and RST.
-  watch_for_doorbells(keep_fd(fd));
   QPSOCK_LOG(debug, "fd %d: receiving switched to the stream after %llu TCP bytes", fd,
              static_cast<unsigned long long>(tcp_received_));
   return 1;

@@ -9,7 +9,9 @@ namespace qpsock::upgrade {
 
 // Aborts `connection`'s stream and disconnects the TCP socket `fd` with a
 // reset (connect(AF_UNSPEC)): the peer's qpsock hears it on the TCP
-// connection, and whoever holds the socket next finds it unconnected.
+// connection, and whoever holds the socket next finds it unconnected. `fd`
+// is kept and checked to be the connection's before the reset, which is made
+// under a use (common/kept_fd.h): another thread may have closed it.
 void reset_upgraded_connection(int fd, Connection& connection);
 
 }  // namespace qpsock::upgrade

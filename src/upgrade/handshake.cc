@@ -79,9 +79,8 @@ int run_handshake(Connection& connection, KeptFd tcp, int side_fd, uint64_t peer
     return error;
 
   const bool initiator = connection.role() == config::Role::server;
-  stream::StreamSettings settings;
-  if (const FdUse use(tcp); use) settings = stream_settings_for_socket(use.fd());
-  else return -ENOTCONN;  // closed meanwhile
+  // The fd table's record by number: no system call on it.
+  const stream::StreamSettings settings = stream_settings_for_socket(tcp.fd);
   transport::shm::ShmOptions options;
   options.ring_size = settings.ring_size;
   options.setup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -194,13 +194,11 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
     result = -EACCES;
   }
   if (result == 0) {
-    stream::StreamSettings settings;
-    if (const FdUse use(tcp); use) settings = stream_settings_for_socket(use.fd());
-    else result = -ENOTCONN;  // closed meanwhile
+    stream::StreamSettings settings = stream_settings_for_socket(tcp.fd);
     // The listener mapped rings of the size chosen at connect(); SO_RCVBUF
     // may have changed since.
     settings.ring_size = listener.options().ring_size;
-    if (result == 0) result = start_stream(connection, tcp, std::move(verbs), settings);
+    result = start_stream(connection, tcp, std::move(verbs), settings);
   }
   if (result < 0) {
     if (result != -ENOTCONN)

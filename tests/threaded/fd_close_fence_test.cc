@@ -75,6 +75,18 @@ TEST(FdCloseFence, Dup2OverTheNumberEndsIt) {
   for (int fd : {other[0], other[1], attached.number}) ::close(fd);
 }
 
+TEST(FdCloseFence, Dup2OfTheSameSocketOntoItsNumberClosesNothing) {
+  AttachedPair attached;
+  const int other = sockets::dup(attached.number);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(sockets::dup2(other, attached.number), attached.number);
+  EXPECT_TRUE(still_kept(attached.pair.server->control())) << "a call under way would have lost its number";
+  EXPECT_EQ(upgrade::find_connection(attached.number), attached.pair.server);
+  ASSERT_EQ(sockets::close(other), 0);
+  ASSERT_EQ(sockets::close(attached.number), 0);
+  expect_let_go(attached);
+}
+
 TEST(FdCloseFence, ACloseWaitsForAUseUnderWay) {
   AttachedPair attached;
   std::atomic<bool> holding{false}, closed{false};
