@@ -130,8 +130,12 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   raw->set_control_channel(tcp, [this, raw](short revents) {
     if (!receiving_switched()) return stream::ControlVerdict::stop_watching;
     // The application closed every number of the socket: what was polled
-    // may be another file's now (common/kept_fd.h).
-    if (!still_kept(control())) return stream::ControlVerdict::stop_watching;
+    // may be another file's now (common/kept_fd.h). A number moves before
+    // the old one is fenced, so an ended number that is still the current
+    // one means no number is left; one that moved is looked at again.
+    for (KeptFd current = control(); !still_kept(current); current = control()) {
+      if (control() == current) return stream::ControlVerdict::stop_watching;
+    }
     if ((revents & POLLERR) != 0) return stream::ControlVerdict::connection_lost;
     int error = 0;
     switch (remember_tcp_error(stream::take_doorbells(control(), &error), error)) {

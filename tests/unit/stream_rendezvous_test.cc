@@ -290,7 +290,10 @@ TEST(StreamRendezvousPatience, ARendezvousNobodyTakesIsWithdrawnAndCopied) {
 // byte arrives.
 TEST(StreamRendezvousPatience, AWriteTheReaderHasBegunIsNotCancelledWhenThePatienceRunsOut) {
   StreamSettings settings = small_settings(RendezvousMethod::write);
-  settings.rendezvous_patience = 5ms;
+  // Long enough for the reader to begin under a sanitizer on a loaded host
+  // (at 5 ms ASan's reader began too late in one CI run, and the write was
+  // rightly withdrawn); the pause below outlasts it several times.
+  settings.rendezvous_patience = 40ms;
   LoopbackStreamPair pair;
   ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair), 0);
   int control[2];
@@ -305,7 +308,7 @@ TEST(StreamRendezvousPatience, AWriteTheReaderHasBegunIsNotCancelledWhenThePatie
   // 100 bytes begin it (a pull into the bounce buffer); the rest comes after
   // several patiences.
   ASSERT_EQ(receive_bytes(*pair.second, {in.data(), 100}), 100);
-  std::this_thread::sleep_for(50ms);
+  std::this_thread::sleep_for(200ms);
   ASSERT_EQ(receive_bytes(*pair.second, {in.data() + 100, in.size() - 100}, MSG_WAITALL),
             static_cast<ssize_t>(in.size() - 100));
   sender.join();
