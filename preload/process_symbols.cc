@@ -1,4 +1,4 @@
-// Exported: fork, vfork, the exec family and posix_spawn.
+// Exported: _exit and _Exit, fork, vfork, the exec family and posix_spawn.
 #include <cstdarg>
 
 #include "process/process_calls.h"
@@ -6,6 +6,14 @@
 using qpsock::process::ListExecVariant;
 
 extern "C" {
+
+void _exit(int status) noexcept {
+  qpsock::process::exit_immediately(qpsock::process::ImmediateExit::underscore_exit, status);
+}
+void _Exit(int status) noexcept {
+  qpsock::process::exit_immediately(qpsock::process::ImmediateExit::underscore_capital_exit,
+                                    status);
+}
 
 pid_t fork() noexcept { return qpsock::process::fork(); }
 pid_t vfork() noexcept { return qpsock::process::vfork(); }

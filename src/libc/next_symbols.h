@@ -50,7 +50,7 @@ namespace qpsock::libc {
   X(epoll_ctl) X(epoll_wait) X(epoll_pwait) X(epoll_pwait2) X(fcntl) X(fcntl64) X(ioctl)  \
   X(getsockopt) X(setsockopt) X(getsockname) X(getpeername) X(dup) X(dup2) X(dup3)        \
   X(fork) X(execve) X(execv) X(execvp) X(execvpe) X(fexecve) X(posix_spawn)               \
-  X(posix_spawnp) X(system) X(popen) X(open) X(close_range) X(closefrom)
+  X(posix_spawnp) X(system) X(popen) X(open) X(close_range) X(closefrom) X(_exit) X(_Exit)
 
 struct NextSymbolTable {
 // void*: glibc's attributes on the function types cannot ride in a template argument.

@@ -140,6 +140,14 @@ const decltype(&::close_range) close_range = [](unsigned first, unsigned last, i
 const decltype(&::closefrom) closefrom = [](int lowest) noexcept {
   syscall(SYS_close_range, static_cast<unsigned>(lowest), ~0u, 0);
 };
+const decltype(&::_exit) _exit = [](int status) noexcept {
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+};
+const decltype(&::_Exit) _Exit = [](int status) noexcept {
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+};
 const decltype(&::shutdown) shutdown = [](int fd, int how) noexcept {
   return static_cast<int>(syscall(SYS_shutdown, fd, how));
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 
@@ -27,6 +28,16 @@ void on_library_load() {
   watch_forks_for_kept_fds();
   capture_inherited_environment();
   upgrade::adopt_inherited_streams();
+  // Registered first, so it runs after the program's own exit handlers (and
+  // its static destructors), which may still write.
+  std::atexit([] { upgrade::connections_before_exit(stream::Stream::ExitCall::exit); });
+}
+
+void exit_immediately(ImmediateExit call, int status) {
+  upgrade::connections_before_exit(stream::Stream::ExitCall::underscore_exit);
+  if (call == ImmediateExit::underscore_capital_exit) next::_Exit(status);
+  next::_exit(status);
+  __builtin_unreachable();
 }
 
 pid_t fork() {

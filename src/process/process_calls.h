@@ -38,6 +38,12 @@ int posix_spawnp(pid_t* pid, const char* file, const posix_spawn_file_actions_t*
 int system(const char* command);
 FILE* popen(const char* command, const char* mode);
 
+// _exit and _Exit: the process's upgraded streams deliver what send took
+// before it ends (upgrade::connections_before_exit); exit(3) meets the same
+// in a handler on_library_load registers.
+enum class ImmediateExit { underscore_exit, underscore_capital_exit };
+[[noreturn]] void exit_immediately(ImmediateExit call, int status);
+
 // Called once from the library constructor.
 void on_library_load();
 

@@ -147,6 +147,17 @@ class Stream {
   int shutdown_read();
   // Flushes what was sent, ends our direction, and disconnects the transport.
   CloseResult close();
+  // The process ends without closing the socket (exit, _exit): a TCP
+  // socket's kernel would still send what send took, but the transport goes
+  // with the process. Announces corked bytes, returns credit, and waits
+  // until `deadline` for every post to complete; the stream stays open (the
+  // process's end closes it, and the peer then hears of its FIN). With
+  // ExitCall::underscore_exit (perhaps in a signal handler, which may have
+  // interrupted this thread inside the stream) it neither allocates nor
+  // calls up, acts only on what completes our own posts, and gives up on
+  // a lock it cannot take by the deadline.
+  enum class ExitCall : uint8_t { exit, underscore_exit };
+  void deliver_before_exit(std::chrono::steady_clock::time_point deadline, ExitCall call);
   // Breaks the stream now (the socket is going away under other threads):
   // every waiting and later call returns at once.
   void abort();

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <chrono>
 
 #include "common/errno_guard.h"
 #include "common/log.h"
@@ -233,6 +234,19 @@ void connections_after_fork_in_child() {
   if (!any_connections()) return;
   ErrnoGuard errno_guard;
   visit_connections([](int, Connection& connection) { connection.abandon_inherited_stream(); });
+}
+
+void connections_before_exit(stream::Stream::ExitCall call) {
+  if (!any_connections()) return;
+  ErrnoGuard errno_guard;
+  // What a peer that is alive takes in microseconds (milliseconds over
+  // Soft-RoCE); a dead one's queue pair fails sooner or later.
+  constexpr std::chrono::seconds kExitDeliveryTime{2};
+  const auto deadline = std::chrono::steady_clock::now() + kExitDeliveryTime;
+  // A connection under two fds is visited twice; the second finds nothing to do.
+  visit_connections([deadline, call](int, Connection& connection) {
+    if (stream::Stream* stream = connection.stream()) stream->deliver_before_exit(deadline, call);
+  });
 }
 
 void attach_statistics(int fd, stats::Handle handle) {

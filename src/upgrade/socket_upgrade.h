@@ -70,6 +70,12 @@ void connections_before_passing(int carrier_fd, const msghdr& message, int flags
 // stay the parent's (Connection::abandon_inherited_stream); the child's calls
 // on them fail, and its close or exec leaves them to the parent.
 void connections_after_fork_in_child();
+// The process is ending without closing its sockets (exit, or _exit, then
+// perhaps in a signal handler): every stream of its own delivers what send
+// took before the process's end takes the transport down
+// (Stream::deliver_before_exit), all within two seconds. A dead process's
+// kernel sends its TCP socket buffers the same way.
+void connections_before_exit(stream::Stream::ExitCall call);
 // fd's connection has statistics row `handle` (a no-op for a socket with no Connection).
 void attach_statistics(int fd, stats::Handle handle);
 

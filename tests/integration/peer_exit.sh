@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Clients that send 1 KiB to MAX bytes and exit without closing (plainly,
-# after shutdown(SHUT_WR), or after one non-blocking send): the server must
+# after shutdown(SHUT_WR), after one non-blocking send, or with every write
+# MSG_MORE; through exit or _exit): the server must
 # read every byte each one sent, then end of file, as TCP gives it. Under
 # qpsock on one host the stream learns of the death from the peer's pidfd,
 # perhaps before the kernel has processed the dying socket's FIN: it must

@@ -129,6 +129,29 @@ TEST_F(StreamFlowControlTest, MsgMoreIsFlushedByTheWritersNextCall) {
   EXPECT_EQ(reader().readable_bytes(), 100u);
 }
 
+// A process that exits (or _exits) right after a MSG_MORE write: the kernel
+// would still send the bytes, so the stream announces them before the
+// transport goes with the process.
+TEST_F(StreamFlowControlTest, CorkedBytesAreAnnouncedBeforeTheProcessEnds) {
+  for (const auto call : {Stream::ExitCall::exit, Stream::ExitCall::underscore_exit}) {
+    make();
+    std::vector<uint8_t> data(700);
+    fill_pattern(5, 0, data);
+    ASSERT_EQ(send_bytes(writer(), data, MSG_MORE, false), 700);
+    EXPECT_EQ(reader().readable_bytes(), 0u);
+    const auto started = std::chrono::steady_clock::now();
+    writer().deliver_before_exit(started + 10s, call);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+    EXPECT_EQ(writer().unsent_bytes(), 0u);
+    ASSERT_EQ(reader().readable_bytes(), 700u);
+    std::vector<uint8_t> in(700);
+    ASSERT_EQ(receive_bytes(reader(), in, 0, false), 700);
+    EXPECT_EQ(first_mismatch(5, 0, in), -1);
+    // The stream stays open: the process's end closes it.
+    EXPECT_EQ(send_bytes(writer(), {data.data(), 10}, 0, false), 10);
+  }
+}
+
 TEST_F(StreamFlowControlTest, UnsentBytesCountARendezvousUntilItIsPulled) {
   make();
   Watchdog watchdog(60s);

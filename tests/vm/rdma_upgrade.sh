@@ -22,8 +22,9 @@
 # forked mid-stream that exec or exit with the upgraded
 # socket inherited; a writer's shutdown(SHUT_WR) whose FIN overtakes its last
 # RDMA writes; a writer killed mid-stream (EOF, as over TCP, also in the
-# middle of a rendezvous); curl --interface (IP_BIND_ADDRESS_NO_PORT) against
-# python's http.server and against nginx (its workers rewrite their
+# middle of a rendezvous); peers that send and exit without closing (every
+# byte, then EOF, never a reset); curl --interface (IP_BIND_ADDRESS_NO_PORT)
+# against python's http.server and against nginx (its workers rewrite their
 # environment), and ab -k against nginx (kept-alive connections closed while
 # still in epoll sets); ab's short connections, which the server's
 # rdma_upgrade_delay keeps off the fabric; sshd, whose network child is
@@ -588,6 +589,62 @@ killed_writer() {
 }
 killed_writer kill 1M eof
 killed_writer kill-copied 32K eof
+
+# --- 8b. peers that exit without closing: every byte, then EOF --------------
+# exit_after_send's client forks a child per connection, one after another,
+# that connects from CLIENT_IP, sends 1 KiB to MAX bytes and exits without
+# closing (plainly, after shutdown(SHUT_WR), after one non-blocking send, or
+# with every write MSG_MORE; through exit or _exit);
+# the server reads each connection to its end. As over TCP, the reader must
+# get every byte the child's sends took, then EOF, never a reset, however the
+# dying child's rdma_cm disconnect, its last RDMA writes and its kernel's FIN
+# arrive (docs/stream-engine.md, "A peer process that ends without closing").
+# Each child waits 500 ms between its connect and its first send, time for
+# the upgrade (which the server begins at its first read) to finish: without
+# it the child has sent and exited before the server's rdma_cm connect comes,
+# and the connection stays on TCP. RDMA_UPGRADE_PEER_EXIT_COUNT connections
+# (default 40) of at most RDMA_UPGRADE_PEER_EXIT_MAX bytes (default 1 MiB):
+# about 25 s here; 400 of up to 16 MiB take about 10 minutes.
+PEER_EXIT=$build_dir/tests/programs/exit_after_send
+if [[ -x $PEER_EXIT ]]; then
+    count=${RDMA_UPGRADE_PEER_EXIT_COUNT:-40} max=${RDMA_UPGRADE_PEER_EXIT_MAX:-$((1 << 20))}
+    # About 1.6 s a connection of up to 16 MiB in the VM: room for twice that.
+    limit=$(( 120 + count * (1 + max / (4 << 20)) ))
+    read -ra sprefix <<<"$(qpsock_prefix "$LOG/peer-exit.server.qplog")"
+    read -ra cprefix <<<"$(qpsock_prefix "$LOG/peer-exit.client.qplog")"
+    sprefix=(timeout "$limit" "${sprefix[@]:2}") cprefix=(timeout "$limit" "${cprefix[@]:2}")
+    start_bg "$LOG/peer-exit.server.out" "${sprefix[@]}" "$PEER_EXIT" server 5901 "$count" $SERVER_IP
+    pespid=$BG
+    wait_listening 5901 10
+    snapshot before
+    pestart=$(now_ms) status=0
+    env EXIT_AFTER_SEND_PAUSE_MS=500 "${cprefix[@]}" "$PEER_EXIT" client 5901 "$count" 7 "$max" $SERVER_IP $CLIENT_IP \
+        >"$LOG/peer-exit.sent" 2>"$LOG/peer-exit.client.err" || status=$?
+    reap "$pespid" 30; pesrc=$?
+    petime=$(( $(now_ms) - pestart ))
+    snapshot after
+    grep -E '^[0-9]+ [0-9]+ ' "$LOG/peer-exit.server.out" >"$LOG/peer-exit.received"
+    received=$(wc -l <"$LOG/peer-exit.received") reported=$(wc -l <"$LOG/peer-exit.sent")
+    resets=$(grep -c 'error:' "$LOG/peer-exit.received" || true)
+    # Lines "INDEX SENT RECEIVED eof|error:NAME" for the connections that differ.
+    join -j1 <(sort -k1,1 "$LOG/peer-exit.sent") <(sort -k1,1 "$LOG/peer-exit.received") | sort -n |
+        awk '$2 != $3 || $4 != "eof"' >"$LOG/peer-exit.differing"
+    differing=$(wc -l <"$LOG/peer-exit.differing")
+    bytes=$(awk '{ total += $2 } END { print total + 0 }' "$LOG/peer-exit.sent")
+    ups=$(upgraded_in "$LOG/peer-exit.server.qplog")
+    sent=$(( $(delta before after rxe0_sent) + $(delta before after rxe1_sent) )) lo=$(delta before after lo_tx)
+    # Most connections upgraded (each child waits for it), and their bytes in
+    # rxe's packets (at most 4096 payload bytes each).
+    if ((status == 0 && pesrc == 0 && reported == count && received == count && resets == 0 && differing == 0 &&
+         ups * 10 >= count * 9 && sent * 4096 >= bytes)); then
+        pass "peers that exit without closing: $count connections ($bytes bytes), each read to EOF with every byte its child sent, 0 resets; $ups upgraded to RDMA; rxe sent $sent packets, TCP (lo) carried $lo bytes ($petime ms)"
+    else
+        fail "peers that exit without closing: client $status server $pesrc, $received of $count read ($reported reported sent), $resets resets, $differing differing, $ups upgraded; rxe sent $sent packets, lo $lo bytes ($petime ms)"
+        show "$LOG/peer-exit.differing" "$LOG/peer-exit.client.err" "$LOG/peer-exit.server.out" "$LOG/peer-exit.server.qplog"
+    fi
+else
+    echo "SKIP: $PEER_EXIT is not built"
+fi
 
 # --- 9. curl against python's http.server ---------------------------------
 # curl --interface binds its socket to the address alone and leaves the port
