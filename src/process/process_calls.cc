@@ -13,6 +13,7 @@
 #include "common/kept_fd.h"
 #include "libc/next_symbols.h"
 #include "process/inherited_environment.h"
+#include "transport/verbs/pin_budget.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/socket_upgrade.h"
 #include "stats/connection_stats.h"
@@ -50,6 +51,9 @@ pid_t fork() {
   if (result == 0) {
     upgrade::connections_after_fork_in_child();
     transport::verbs::verbs_library_after_fork_in_child();
+    // The child's address space pins nothing; the parent's registrations it
+    // inherits are never released here (Connection::abandon_inherited_stream).
+    transport::verbs::process_pin_budget().reset();
   }
   upgrade::fork_finished(result);
   stats::after_fork(result);

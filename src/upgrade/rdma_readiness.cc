@@ -2,9 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +13,7 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "stream/record.h"
+#include "transport/verbs/pin_budget.h"
 #include "transport/verbs/verbs_library.h"
 
 namespace qpsock::upgrade {
@@ -40,14 +39,6 @@ bool rdma_devices_present() {
     return found;
   }();
   return present;
-}
-
-// CAP_IPC_LOCK lifts RLIMIT_MEMLOCK for ibv_reg_mr (ib_umem_get checks it).
-bool may_lock_any_amount() {
-  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
-  if (syscall(SYS_capget, &header, data) != 0) return false;
-  return (data[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))) != 0;
 }
 
 std::atomic<bool> memlock_warned{false};
@@ -81,7 +72,7 @@ const char* reason_rdma_unusable(uint64_t ring_size) {
   rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return nullptr;
   const uint64_t needed = pinned_bytes_per_connection(ring_size);
-  if (limit.rlim_cur >= needed || may_lock_any_amount()) return nullptr;
+  if (limit.rlim_cur >= needed || transport::verbs::may_pin_any_amount()) return nullptr;
   if (!memlock_warned.exchange(true, std::memory_order_relaxed))
     QPSOCK_LOG(warn,
                "RLIMIT_MEMLOCK is %llu KiB, below the %llu KiB an RDMA connection pins: "
@@ -95,7 +86,7 @@ void report_pinning_failure(int error, uint64_t ring_size) {
   if (error != -ENOMEM && error != -EPERM) return;
   rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
-  if (may_lock_any_amount() || memlock_warned.exchange(true, std::memory_order_relaxed)) return;
+  if (transport::verbs::may_pin_any_amount() || memlock_warned.exchange(true, std::memory_order_relaxed)) return;
   QPSOCK_LOG(warn,
              "RLIMIT_MEMLOCK is %llu KiB and this process pins %llu KiB already; an RDMA "
              "connection needs %llu KiB more: new connections stay on TCP (raise it, e.g. "

@@ -105,6 +105,9 @@ void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_pt
         declined_for_a_forked_child(*connection, tcp_fd, tcp_socket_inode))
       return;
   }
+  // Everything the setup pins is reserved first: attempts running at once
+  // never each pin a part and all fail (transport/verbs/pin_budget.h).
+  transport::verbs::PinningScope pinning(pinned_bytes_per_connection(settings.ring_size));
   VerbsConnection verbs;
   int result = VerbsConnector(options_for(settings)).connect(local, peer, deadline, verbs);
   KeptFd tcp;
@@ -165,6 +168,8 @@ int open_verbs_listener(int tcp_fd, const RdmaListenerPlan& plan,
 
 int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tcp_fd,
                          uint64_t tcp_socket_inode, Deadline deadline) {
+  // As in connect_in_worker: a refused reservation rejects the peer's request.
+  transport::verbs::PinningScope pinning(pinned_bytes_per_connection(listener.options().ring_size));
   VerbsConnection verbs;
   int result = listener.accept(deadline, verbs);
   DeviceName device{};

@@ -366,8 +366,11 @@ iperf_pair() {
 
 # --- 3a. RLIMIT_MEMLOCK used up by a process's connections -----------------
 # 5 MiB pins two connections' rings (about 2.1 MiB each), not five: iperf3
-# -P 4 (a control connection and four streams) upgrades some and keeps the
-# rest on TCP, with one warning naming the limit and what is pinned already.
+# -P 4 (a control connection and four streams) upgrades at most two and
+# keeps the rest on TCP, with one warning naming the limit and what is
+# pinned already. Each attempt reserves what it pins before pinning
+# (transport/verbs/pin_budget.h), so attempts at once never all fail: at
+# least one upgrades (two, unless a rendezvous registration came first).
 if command -v iperf3 >/dev/null; then
     (
         ulimit -l 5120 || exit 1
@@ -379,7 +382,7 @@ if command -v iperf3 >/dev/null; then
         "$LOG/memlock-used.client.out" 2>/dev/null || echo 0)
     ups=$(upgraded_in "$LOG/memlock-used.server.qplog")
     warned=$(cat "$LOG"/memlock-used.*.qplog 2>/dev/null | grep -c "RLIMIT_MEMLOCK is 5120 KiB and this process pins")
-    if ((status == 0 && received > 0 && ups >= 1 && ups < 5 && warned >= 1)); then
+    if ((status == 0 && received > 0 && ups >= 1 && ups <= 2 && warned >= 1)); then
         pass "memlock used up: iperf3 -P 4 under RLIMIT_MEMLOCK 5 MiB: $ups of 5 connections upgraded, the rest on TCP, $received bytes received; the limit logged once per process that hit it"
     else
         fail "memlock used up: exit $status, $received bytes received, $ups upgraded, $warned warning lines"

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "stream/transport.h"
+#include "transport/verbs/pin_budget.h"
 #include "transport/verbs/verbs_handles.h"
 
 namespace qpsock::transport::verbs {
@@ -25,15 +26,18 @@ class VerbsRegistration final : public stream::MemoryRegistration {
   };
 
  public:
-  // ibv_reg_mr of [address, address + length) in `domain`: 0 or -errno.
+  // ibv_reg_mr of [address, address + length) in `domain`, charged to the
+  // pinning budget first (transport/verbs/pin_budget.h): 0 or -errno
+  // (-ENOMEM when the budget refuses it).
   static int create(ProtectionDomain domain, void* address, size_t length,
                     stream::MemoryAccess access, std::unique_ptr<VerbsRegistration>& out);
 
-  VerbsRegistration(ConstructionKey, ProtectionDomain domain, MemoryRegion region,
-                    stream::MemoryAccess access);
+  VerbsRegistration(ConstructionKey, PinCharge charge, ProtectionDomain domain,
+                    MemoryRegion region, stream::MemoryAccess access);
 
  private:
-  ProtectionDomain domain_;  // declared first: outlives the region
+  PinCharge charge_;         // declared first: given back once the region is gone
+  ProtectionDomain domain_;  // outlives the region
   MemoryRegion region_;
 };
 
