@@ -29,8 +29,9 @@ void on_library_load() {
   watch_forks_for_kept_fds();
   capture_inherited_environment();
   upgrade::adopt_inherited_streams();
-  // Registered first, so it runs after the program's own exit handlers (and
-  // its static destructors), which may still write.
+  // Registered at load, so it runs after the exit handlers and static
+  // destructors registered later (the program's own), which may still
+  // write; those of libraries initialized before qpsock run after it.
   std::atexit([] { upgrade::connections_before_exit(stream::Stream::ExitCall::exit); });
 }
 

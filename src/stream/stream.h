@@ -153,9 +153,11 @@ class Stream {
   // until `deadline` for every post to complete; the stream stays open (the
   // process's end closes it, and the peer then hears of its FIN). With
   // ExitCall::underscore_exit (perhaps in a signal handler, which may have
-  // interrupted this thread inside the stream) it neither allocates nor
-  // calls up, acts only on what completes our own posts, and gives up on
-  // a lock it cannot take by the deadline.
+  // interrupted malloc, the transport, or this thread inside the stream) it
+  // takes the state lock only by try_lock, posts only on a link that is up,
+  // reaps with Transport::poll_for_exit, acts only on what completes our
+  // own posts, stops at a failure, and gives up on the stream once nothing
+  // has completed for a short while.
   enum class ExitCall : uint8_t { exit, underscore_exit };
   void deliver_before_exit(std::chrono::steady_clock::time_point deadline, ExitCall call);
   // Breaks the stream now (the socket is going away under other threads):

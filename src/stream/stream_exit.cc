@@ -1,18 +1,19 @@
 // Stream::deliver_before_exit: what send took reaches the peer before a
 // process that ends without closing takes the transport down with it.
-#include <poll.h>
 #include <time.h>
 
 #include <algorithm>
 #include <array>
-#include <utility>
 
-#include "libc/next_symbols.h"
 #include "stream/stream.h"
 
 namespace qpsock::stream {
 
 namespace {
+
+// How long one stream waits for its state lock, and for a completion.
+constexpr std::chrono::milliseconds kExitLockPatience{100};
+constexpr std::chrono::milliseconds kExitQuietLimit{200};
 
 void sleep_briefly() {
   timespec pause{0, 1'000'000};
@@ -23,60 +24,68 @@ void sleep_briefly() {
 
 void Stream::deliver_before_exit(std::chrono::steady_clock::time_point deadline, ExitCall call) {
   // try_lock: a signal handler's _exit may have interrupted this very thread
-  // inside the stream (another thread never holds the lock for long).
+  // inside the stream (another thread never holds the lock for long). One
+  // stream gets a share of the deadline, not all of it.
+  const auto lock_given_up = std::min(deadline, Clock::now() + kExitLockPatience);
   StateLock state(state_mutex_, std::defer_lock);
   while (!state.try_lock()) {
-    if (Clock::now() >= deadline) return;
+    if (Clock::now() >= lock_given_up) return;
     sleep_briefly();
   }
   if (!connected_ || closed_ || broken_) return;
   auto delivered = [&] {
     return posts_outstanding_ == 0 && unnotified_ring_bytes_ == 0 && !end_of_stream_pending_;
   };
-  // What this end has read goes back too, so that the peer, seeing this
-  // process leave, can tell TCP's FIN from a reset (peer_end_locked).
-  return_all_credit_locked();
   if (call == ExitCall::exit) {
+    // What this end has read goes back too, so that the peer, seeing this
+    // process leave, can tell TCP's FIN from a reset (peer_end_locked).
+    return_all_credit_locked();
     wait_until(state, delivered, {.deadline = deadline});
     return;
   }
-  // _exit, perhaps in a signal handler: no allocation, no upcall. Only what
-  // completes our posts and frees slots and credit for the last ones is
-  // acted on; the rest (the peer's data, its rendezvous) no longer matters.
+  // _exit, perhaps in a signal handler that interrupted malloc or the
+  // transport: only posts on a link that is up, and only what completes
+  // them (poll_for_exit); a failure ends the wait without acting on it. A
+  // post another thread reserved and never made (the handler interrupted its
+  // copy) never completes: the wait ends once nothing has completed for
+  // kExitQuietLimit.
   std::array<Completion, 16> batch;
-  bool armed = false;
-  while (!broken_) {
+  auto quiet_since = Clock::now();
+  while (transport_->link_up_for_exit()) {
+    return_all_credit_locked();
     flush_unnotified_locked();
     flush_notifications_locked();
-    if (delivered()) return;
-    const int count = transport_->poll(batch);
+    if (broken_ || delivered()) return;
+    const int count = transport_->poll_for_exit(batch);
     if (count < 0) return;
     for (int index = 0; index < count; ++index) {
       const Completion& completion = batch[index];
-      if (completion.kind != CompletionKind::arrived || completion.status != 0) {
+      if (completion.status != 0) return;
+      if (completion.kind != CompletionKind::arrived) {
         dispatch_locked(completion);
         continue;
       }
+      // Slots and credit may let the last announcement go; the rest (the
+      // peer's data, its rendezvous) no longer matters.
       const auto notification = decode_notification(completion.immediate);
       if (notification && (notification->kind == NotificationKind::slots_returned ||
                            notification->kind == NotificationKind::credit))
         on_notification_locked(*notification);
     }
-    if (count > 0) continue;
     const auto now = Clock::now();
-    if (now >= deadline) return;
-    // Armed, then polled once more (a completion may have raced the arm): sleep.
-    if (!std::exchange(armed, true)) {
-      if (transport_->arm() < 0) return;
+    if (count > 0) {
+      quiet_since = now;
       continue;
     }
-    armed = false;
-    pollfd handle{transport_->wait_handle(), POLLIN, 0};
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+    if (now >= deadline || now - quiet_since >= kExitQuietLimit) return;
+    // No wakeup is armed (that would touch the transport's state): a short
+    // sleep, with the lock free for the other threads.
     state.unlock();
-    // Another thread's poll may take the wakeup: never sleep long.
-    next::poll(&handle, 1, static_cast<int>(std::clamp<int64_t>(left, 1, 10)));
-    state.lock();
+    sleep_briefly();
+    while (!state.try_lock()) {
+      if (Clock::now() >= deadline) return;
+      sleep_briefly();
+    }
   }
 }
 

@@ -143,6 +143,16 @@ class Transport {
   // memory, pending and later posts complete with errors. Idempotent.
   virtual void disconnect() = 0;
 
+  // For a process's _exit, perhaps in a signal handler that interrupted
+  // malloc or one of the transport's own calls: the completions that are
+  // ready, and nothing else done (no wakeup consumed, no event read, no log,
+  // no allocation, no change of the link's state); a failed one is returned
+  // as such. The default suits a transport whose poll is all that.
+  virtual int poll_for_exit(std::span<Completion> completions) { return poll(completions); }
+  // For the same: whether the link is up as far as can be seen without
+  // acting on it, so that posts may still reach the peer.
+  virtual bool link_up_for_exit() const { return true; }
+
   // Writes of at most this many bytes in total are copied at post time (the
   // source is reusable at once and needs no registration). 0 if none.
   virtual size_t max_inline() const = 0;

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <new>
 
 #include "common/errno_guard.h"
 #include "common/log.h"
@@ -243,10 +244,22 @@ void connections_before_exit(stream::Stream::ExitCall call) {
   // Soft-RoCE); a dead one's queue pair fails sooner or later.
   constexpr std::chrono::seconds kExitDeliveryTime{2};
   const auto deadline = std::chrono::steady_clock::now() + kExitDeliveryTime;
-  // A connection under two fds is visited twice; the second finds nothing to do.
-  visit_connections([deadline, call](int, Connection& connection) {
-    if (stream::Stream* stream = connection.stream()) stream->deliver_before_exit(deadline, call);
-  });
+  if (call == stream::Stream::ExitCall::exit) {
+    // A connection under two fds is visited twice; the second finds nothing to do.
+    visit_connections([deadline, call](int, Connection& connection) {
+      if (stream::Stream* stream = connection.stream()) stream->deliver_before_exit(deadline, call);
+    });
+    return;
+  }
+  // _exit, perhaps in a signal handler: each hold is kept, never let go, so
+  // that no Connection another thread closed meanwhile is destroyed here.
+  for (int fd = 0; fd <= highest_connection_fd(); ++fd) {
+    ConnectionHold hold = hold_connection(fd);
+    if (!hold) continue;
+    if (stream::Stream* stream = hold->stream()) stream->deliver_before_exit(deadline, call);
+    alignas(ConnectionHold) unsigned char kept[sizeof(ConnectionHold)];
+    ::new (kept) ConnectionHold(std::move(hold));  // never destroyed: the process is ending
+  }
 }
 
 void attach_statistics(int fd, stats::Handle handle) {

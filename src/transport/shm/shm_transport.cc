@@ -211,6 +211,17 @@ int ShmTransport::poll(std::span<Completion> completions) {
   return static_cast<int>(count);
 }
 
+int ShmTransport::poll_for_exit(std::span<Completion> completions) {
+  // Our posts completed when they were made: their completions wait here.
+  // The peer's arrivals are left alone (an overrun would break the link).
+  if (!in_owner_process()) return kForkedStatus;
+  return static_cast<int>(completions_.pop_into(completions));
+}
+
+bool ShmTransport::link_up_for_exit() const {
+  return in_owner_process() && !broken_ && peer_arena_->control().closed.load() == 0;
+}
+
 size_t ShmTransport::pop_arrivals(std::span<Completion> completions) {
   size_t count = 0;
   while (count < completions.size()) {

@@ -136,6 +136,8 @@ class ShmTransport final : public stream::Transport {
   int post_read(std::span<const stream::LocalSlice> destination, stream::RemoteRegion source,
                 uint64_t cookie) override;
   int poll(std::span<stream::Completion> completions) override;
+  int poll_for_exit(std::span<stream::Completion> completions) override;
+  bool link_up_for_exit() const override;
   int wait_handle() const override { return wakeup_.wait_handle(); }
   int arm() override;
   void disconnect() override;

@@ -166,6 +166,25 @@ int VerbsTransport::poll(std::span<Completion> completions) {
   return static_cast<int>(count);
 }
 
+int VerbsTransport::poll_for_exit(std::span<Completion> completions) {
+  // ibv_poll_cq alone: the CM's events (rdma_get_cm_event allocates), the
+  // receives' re-post and the error state are left to the process's end.
+  std::array<ibv_wc, 16> polled;
+  const int room = static_cast<int>(std::min(polled.size(), completions.size()));
+  const int got = ibv_poll_cq(completion_queue_.get(), room, polled.data());
+  if (got < 0) return -EIO;
+  int count = 0;
+  for (int index = 0; index < got; ++index) {
+    const ibv_wc& work = polled[index];
+    PostLedger::Entry post{CompletionKind::arrived, 0};
+    if (work.wr_id != kReceiveWorkRequestId && !ledger_.pop(work.wr_id, post)) return -EIO;
+    const int status = work.status == IBV_WC_SUCCESS ? 0 : kFlushedStatus;
+    const uint32_t immediate = post.kind == CompletionKind::arrived ? ntohl(work.imm_data) : 0;
+    completions[count++] = {post.kind, status, post.cookie, immediate};
+  }
+  return count;
+}
+
 void VerbsTransport::replace_consumed_receives() {
   // One post for kSpareReceives or more consumed receives, before the engine
   // sees the messages of those this poll consumed and can give their slots
