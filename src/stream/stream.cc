@@ -310,9 +310,7 @@ CloseResult Stream::close() {
     send_lock.unlock();
     // Our last writes must land before the transport goes: wait for their
     // completions (the hardware's, not the peer application's).
-    auto flushed = [&] {
-      return posts_outstanding_ == 0 && !end_of_stream_pending_ && unnotified_ring_bytes_ == 0;
-    };
+    auto flushed = [&] { return all_sent_locked(); };
     const int waited =
         wait_until(state, flushed, {.deadline = Clock::now() + settings_.close_flush_timeout});
     if (waited < 0) error = waited;

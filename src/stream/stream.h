@@ -223,6 +223,11 @@ class Stream {
   // now; false only if the post failed (the stream is broken).
   bool post_credit_locked(uint64_t ring_bytes);
   void flush_unnotified_locked();
+  // Every post has completed and nothing waits to be announced (close and
+  // the process's exit wait for it).
+  bool all_sent_locked() const {
+    return posts_outstanding_ == 0 && unnotified_ring_bytes_ == 0 && !end_of_stream_pending_;
+  }
   bool post_notification_locked(NotificationKind kind, uint32_t value);
   bool send_queue_has_room_locked(uint32_t posts) const;
   // `why` goes to the debug log: the one place that says why a stream ended.

@@ -33,9 +33,7 @@ void Stream::deliver_before_exit(std::chrono::steady_clock::time_point deadline,
     sleep_briefly();
   }
   if (!connected_ || closed_ || broken_) return;
-  auto delivered = [&] {
-    return posts_outstanding_ == 0 && unnotified_ring_bytes_ == 0 && !end_of_stream_pending_;
-  };
+  auto delivered = [&] { return all_sent_locked(); };
   if (call == ExitCall::exit) {
     // What this end has read goes back too, so that the peer, seeing this
     // process leave, can tell TCP's FIN from a reset (peer_end_locked).

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -69,29 +68,27 @@ const char* reason_rdma_unusable(uint64_t ring_size) {
   if (!rdma_devices_present()) return "no RDMA device on this host";
   // Loaded only now, on a host with devices (logged once when it fails).
   if (!transport::verbs::verbs_library_loaded()) return "the RDMA libraries cannot be loaded";
-  rlimit limit{};
-  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return nullptr;
+  const std::optional<uint64_t> limit = transport::verbs::pinning_limit();
   const uint64_t needed = pinned_bytes_per_connection(ring_size);
-  if (limit.rlim_cur >= needed || transport::verbs::may_pin_any_amount()) return nullptr;
+  if (!limit || *limit >= needed) return nullptr;
   if (!memlock_warned.exchange(true, std::memory_order_relaxed))
     QPSOCK_LOG(warn,
                "RLIMIT_MEMLOCK is %llu KiB, below the %llu KiB an RDMA connection pins: "
                "connections stay on TCP (raise it, e.g. ulimit -l unlimited)",
-               static_cast<unsigned long long>(limit.rlim_cur >> 10),
+               static_cast<unsigned long long>(*limit >> 10),
                static_cast<unsigned long long>(needed >> 10));
   return "RLIMIT_MEMLOCK is too low to pin an RDMA connection's buffers";
 }
 
 void report_pinning_failure(int error, uint64_t ring_size) {
   if (error != -ENOMEM && error != -EPERM) return;
-  rlimit limit{};
-  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return;
-  if (transport::verbs::may_pin_any_amount() || memlock_warned.exchange(true, std::memory_order_relaxed)) return;
+  const std::optional<uint64_t> limit = transport::verbs::pinning_limit();
+  if (!limit || memlock_warned.exchange(true, std::memory_order_relaxed)) return;
   QPSOCK_LOG(warn,
              "RLIMIT_MEMLOCK is %llu KiB and this process pins %llu KiB already; an RDMA "
              "connection needs %llu KiB more: new connections stay on TCP (raise it, e.g. "
              "ulimit -l unlimited)",
-             static_cast<unsigned long long>(limit.rlim_cur >> 10), pinned_kib(),
+             static_cast<unsigned long long>(*limit >> 10), pinned_kib(),
              static_cast<unsigned long long>(pinned_bytes_per_connection(ring_size) >> 10));
 }
 

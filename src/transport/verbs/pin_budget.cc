@@ -25,15 +25,15 @@ bool has_ipc_lock_capability() {
   return (data[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))) != 0;
 }
 
-std::optional<uint64_t> memlock_limit() {
+}  // namespace
+
+std::optional<uint64_t> pinning_limit() {
   rlimit limit{};
   if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY ||
       has_ipc_lock_capability())
     return std::nullopt;
   return uint64_t{limit.rlim_cur};
 }
-
-}  // namespace
 
 bool PinBudget::try_commit(uint64_t bytes) {
   const std::optional<uint64_t> limit = limit_();
@@ -57,11 +57,9 @@ void PinBudget::release(uint64_t bytes) {
 PinBudget& process_pin_budget() {
   // Never destroyed: registrations may end from exit handlers after static destructors.
   alignas(PinBudget) static unsigned char storage[sizeof(PinBudget)];
-  static PinBudget* const instance = ::new (storage) PinBudget(memlock_limit);
+  static PinBudget* const instance = ::new (storage) PinBudget(pinning_limit);
   return *instance;
 }
-
-bool may_pin_any_amount() { return !memlock_limit().has_value(); }
 
 PinningScope::PinningScope(uint64_t bytes, PinBudget& budget) : budget_(budget) {
   granted_ = budget_.try_commit(bytes);

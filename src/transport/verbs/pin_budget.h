@@ -41,8 +41,9 @@ class PinBudget {
 // This process's budget: RLIMIT_MEMLOCK's soft limit, none with
 // CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK.
 PinBudget& process_pin_budget();
-// Whether this process may pin any amount (CAP_IPC_LOCK, or no limit).
-bool may_pin_any_amount();
+// The bytes this process may pin (RLIMIT_MEMLOCK's soft limit); nullopt
+// with CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK.
+std::optional<uint64_t> pinning_limit();
 
 class PinCharge;
 
