@@ -6,27 +6,12 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/small_file.h"
 #include "libc/next_symbols.h"
 #include "stats/stats_file_format.h"
 
 namespace qpsock::stats {
 namespace {
-
-// Reads up to size-1 bytes of a small /proc file; NUL-terminates. Returns the length or -1.
-ssize_t read_small_file(const char* path, char* buffer, size_t size) {
-  int fd = next::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  size_t length = 0;
-  while (length + 1 < size) {
-    ssize_t got = next::read(fd, buffer + length, size - 1 - length);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    length += static_cast<size_t>(got);
-  }
-  next::close(fd);
-  buffer[length] = '\0';
-  return static_cast<ssize_t>(length);
-}
 
 void copy_name(char* destination, size_t size, const char* source, size_t length) {
   if (length >= size) length = size - 1;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/small_file.h"
 #include "libc/next_symbols.h"
 #include "stream/record.h"
 #include "transport/verbs/pin_budget.h"
@@ -46,12 +47,7 @@ std::atomic<bool> memlock_warned{false};
 // ib_umem_get counts registrations), in KiB; 0 if it cannot be read.
 unsigned long long pinned_kib() {
   char text[4096];
-  const int fd = next::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  const ssize_t got = next::read(fd, text, sizeof(text) - 1);
-  next::close(fd);
-  if (got <= 0) return 0;
-  text[got] = '\0';
+  if (read_small_file("/proc/self/status", text, sizeof(text)) <= 0) return 0;
   const char* line = strstr(text, "\nVmPin:");
   return line != nullptr ? strtoull(line + 7, nullptr, 10) : 0;
 }
