@@ -116,8 +116,39 @@ void Stream::move_control_channel(KeptFd control) {
 }
 
 void Stream::answer_peer() {
+  // A reader that is in frees the ring itself: never wait for it.
+  StateLock receive_lock(receive_mutex_, std::try_to_lock);
+  StateLock state(state_mutex_);
+  if (!connected_) return;
+  progress_locked();
+  if (receive_lock.owns_lock()) take_into_backlog_locked(state);
+}
+
+void Stream::set_room_wanted_handler(RoomWantedHandler handler) {
   std::lock_guard state(state_mutex_);
-  if (connected_) progress_locked();
+  room_wanted_ = std::move(handler);
+}
+
+void Stream::note_stall_locked() {
+  if (stalled_since_ || broken_ || !room_wanted_) return;
+  stalled_since_ = Clock::now();
+  room_asked_ = false;
+  room_wanted_();
+}
+
+bool Stream::ask_peer_for_room() {
+  std::lock_guard state(state_mutex_);
+  if (!connected_) return false;
+  progress_locked();  // credit that came meanwhile ends the stall
+  if (!stalled_since_ || room_asked_ || broken_ || write_shutdown_) return false;
+  if (Clock::now() < *stalled_since_ + settings_.room_patience) return true;
+  room_asked_ = true;
+  QPSOCK_LOG(debug, "stream: no room in the peer's ring for %lld ms: asking its engine for room",
+             static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        Clock::now() - *stalled_since_)
+                                        .count()));
+  ring_doorbell(control_);
+  return false;
 }
 
 size_t Stream::readable_bytes() {
@@ -250,6 +281,8 @@ short Stream::readiness(Progress progress) {
   // so a write that is told so always makes progress.
   const bool writable = can_write_locked(kSmallestDataRecord) &&
                         send_credit_->room() >= eager_->geometry().size() / 4;
+  // A waiter for POLLOUT that is not told so may wait for the peer's room.
+  if (!writable && !write_shutdown_) note_stall_locked();
   if (broken_ || write_shutdown_ || writable) events |= POLLOUT | POLLWRNORM;
   if (pending_error_ != 0) events |= POLLERR;
   return events;

@@ -43,6 +43,7 @@
 #include "stream/stream_settings.h"
 #include "stream/transport.h"
 #include "stream/readiness_signal.h"
+#include "stream/receive_backlog.h"
 #include "stream/wake_signal.h"
 
 namespace qpsock::stream {
@@ -114,8 +115,23 @@ class Stream {
   // number): the control channel is now `control`, the same socket.
   void move_control_channel(KeptFd control);
   // The peer rang the doorbell (stream/control_doorbell.h): take in what it
-  // sent and answer it, though no application thread calls in.
+  // sent and answer it, though no application thread calls in. Unless a
+  // reader is in, the data at the head of our ring also moves into the
+  // receive backlog (up to receive_backlog_limit) and its credit goes back:
+  // a peer that rings while it waits for room gets it, as TCP's receive
+  // queue takes what an application has not read yet.
   void answer_peer();
+  // Called once each time a writer finds the peer's ring full (a stall,
+  // until credit comes), under the state lock: it must not call into the
+  // stream or wait. Its owner calls ask_peer_for_room() room_patience later.
+  using RoomWantedHandler = std::function<void()>;
+  void set_room_wanted_handler(RoomWantedHandler handler);
+  // If a stall has lasted room_patience with no credit, rings the peer's
+  // doorbell (once per stall), so that its engine takes our bytes into its
+  // backlog though its application does not read. True if a stall goes on
+  // that is not due yet: call again later.
+  bool ask_peer_for_room();
+  std::chrono::microseconds room_patience() const { return settings_.room_patience; }
 
   // send(2)/sendmsg(2): MSG_DONTWAIT, MSG_MORE (defers the peer's notification
   // until the next call on this stream), MSG_NOSIGNAL is the socket layer's.
@@ -260,11 +276,18 @@ class Stream {
   // What the control handler said of the TCP connection, acted on (the
   // blocking waits and on_control_event alike).
   void act_on_control_verdict_locked(ControlVerdict verdict);
-  // The reader took `ring_bytes` more of the ring: credit, and the transport's
-  // published count.
-  void note_consumed_locked(uint64_t ring_bytes, bool sender_wants_credit);
+  // The reader took `ring_bytes` more of the ring: credit, and, if the
+  // application `read` them (not the backlog), the transport's published count.
+  void note_consumed_locked(uint64_t ring_bytes, bool sender_wants_credit, bool read = true);
   // Wakes whoever waits for this stream's state to change.
   void notify_waiters_locked();
+  // A writer found no room in the peer's ring (RoomWantedHandler).
+  void note_stall_locked();
+  // After a write: with less than half the peer's ring free and no credit
+  // since the last time, rings the peer's doorbell now (at most once per
+  // kEarlyRoomInterval), so that an application that is not reading has its
+  // engine take our bytes before we run out, as TCP's buffers would.
+  void ask_for_room_early_locked();
 
   // --- stream_wait.cc ---
   struct WaitOptions {
@@ -323,9 +346,17 @@ class Stream {
   // --- stream_receive.cc ---
   int receive_error_locked();
   bool at_end_of_stream_locked() const;
+  // Who takes bytes out of the ring: the application (they are read), or
+  // the receive backlog (they stay readable; only their ring room is freed).
+  enum class RingTaker : uint8_t { application, backlog };
   // Copies data records at the head into `destination` (the copy runs without
   // the state lock), consuming them; stops at a rendezvous record.
-  size_t deliver_ring_data(StateLock& state, IovecCursor& destination);
+  size_t deliver_ring_data(StateLock& state, IovecCursor& destination,
+                           RingTaker taker = RingTaker::application);
+  // The backlog's bytes, which come before the ring's, into `destination`.
+  size_t deliver_backlog(StateLock& state, IovecCursor& destination);
+  // answer_peer's part with both locks held: the head's data into the backlog.
+  void take_into_backlog_locked(StateLock& state);
   // Delivers from the rendezvous at the head, pulling as needed (straight
   // into `prepared_landing` when it covers the destination).
   ssize_t deliver_rendezvous(StateLock& receive_lock, StateLock& state, IovecCursor& destination,
@@ -456,7 +487,15 @@ class Stream {
   MappedMemory request_outbox_;
   std::unique_ptr<MemoryRegistration> request_outbox_registration_;
 
+  // A writer stalled for room since then (none: credit came since).
+  std::optional<Clock::time_point> stalled_since_;
+  bool room_asked_ = false;  // the doorbell rang for the current stall
+  bool room_asked_early_ = false;  // ask_for_room_early_locked rang; no credit since
+  Clock::time_point early_room_asked_at_{};
+  RoomWantedHandler room_wanted_;
+
   // --- guarded by receive_mutex_ ---
+  ReceiveBacklog backlog_;
   uint64_t read_offset_ = 0;  // the head record's offset
   uint64_t head_taken_ = 0;   // payload bytes of the head data record already read
 };

@@ -76,6 +76,8 @@ void Stream::on_notification_locked(const Notification& notification) {
     case NotificationKind::credit:
       if (!send_credit_->on_credit(notification.value * kRingUnit))
         protocol_error_locked("credit for bytes never written");
+      stalled_since_.reset();
+      room_asked_early_ = false;
       break;
     case NotificationKind::slots_returned:
       if (!window_->on_slots_returned(notification.value))

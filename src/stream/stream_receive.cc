@@ -63,6 +63,8 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
       for (;;) {
         const uint64_t head_before = read_offset_;
         const ssize_t delivered_before = delivered;
+        delivered += static_cast<ssize_t>(deliver_backlog(state, destination));
+        if (destination.done()) break;
         delivered += static_cast<ssize_t>(deliver_ring_data(state, destination));
         if (destination.done()) break;
         const ssize_t pulled = deliver_rendezvous(receive_lock, state, destination, prepared_landing);
@@ -140,10 +142,60 @@ int Stream::receive_error_locked() {
 }
 
 bool Stream::at_end_of_stream_locked() const {
-  return eof_received_ && read_offset_ == eof_offset_;
+  return eof_received_ && read_offset_ == eof_offset_ && backlog_.empty();
 }
 
-size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
+size_t Stream::deliver_backlog(StateLock& state, IovecCursor& destination) {
+  if (backlog_.empty()) return 0;
+  // The backlog is the receive lock's: the copy needs no state lock.
+  std::optional<uint64_t> finished_ring_end;
+  state.unlock();
+  const size_t copied = backlog_.take(destination, finished_ring_end);
+  state.lock();
+  readable_bytes_ -= std::min<uint64_t>(copied, readable_bytes_);
+  expected_rendezvous_length_ = 0;
+  // What the peer may learn we have read: the ring bytes of every chunk taken.
+  if (finished_ring_end)
+    transport_->publish_consumed(backlog_.empty() ? receive_credit_.consumed() : *finished_ring_end);
+  return copied;
+}
+
+void Stream::take_into_backlog_locked(StateLock& state) {
+  const uint64_t limit = settings_.receive_backlog_limit;
+  if (!connected_ || broken_ || pull_active_ || limit == 0) return;
+  bool moved_any = false;
+  while (backlog_.bytes() < limit && notified_ != read_offset_) {
+    // The payload at the head is at most the announced ring bytes.
+    std::vector<std::byte> chunk(std::min(limit - backlog_.bytes(), notified_ - read_offset_));
+    iovec piece{chunk.data(), chunk.size()};
+    IovecCursor destination({&piece, 1});
+    const size_t moved = deliver_ring_data(state, destination, RingTaker::backlog);
+    if (moved > 0) {
+      chunk.resize(moved);
+      if (moved < chunk.capacity() / 2) chunk.shrink_to_fit();
+      backlog_.append(std::move(chunk), receive_credit_.consumed());
+      moved_any = true;
+      continue;
+    }
+    // A rendezvous its writer withdrew is not in the stream: what follows
+    // it (the same bytes, copied) may move. Any other stops here.
+    const RecordView record = read_record(ring_.bytes(), ring_geometry_, read_offset_, notified_);
+    const IncomingRendezvous* rendezvous = rendezvous_in_.front();
+    if (record.status != RecordStatus::complete || record.header.type != RecordType::rendezvous ||
+        rendezvous == nullptr || rendezvous->ring_offset != record.offset || !rendezvous->declined)
+      break;
+    consume_record_locked(record);
+    rendezvous_in_.pop_front();
+    moved_any = true;
+  }
+  if (!moved_any) return;
+  QPSOCK_LOG(debug, "stream: %llu bytes unread by the application are held for it, the peer's ring room freed",
+             static_cast<unsigned long long>(backlog_.bytes()));
+  return_all_credit_locked();
+  flush_notifications_locked();
+}
+
+size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination, RingTaker taker) {
   const uint64_t limit = notified_;
   uint64_t offset = read_offset_;
   if (offset == limit) return 0;  // nothing announced: no need to let go of the lock
@@ -180,10 +232,11 @@ size_t Stream::deliver_ring_data(StateLock& state, IovecCursor& destination) {
   if (copy_unlocked) state.lock();
   read_offset_ = offset;
   head_taken_ = taken;
-  readable_bytes_ -= std::min(payload_copied, readable_bytes_);
-  if (payload_copied > 0) expected_rendezvous_length_ = 0;
+  const bool read = taker == RingTaker::application;
+  if (read) readable_bytes_ -= std::min(payload_copied, readable_bytes_);
+  if (read && payload_copied > 0) expected_rendezvous_length_ = 0;
   if (ring_consumed > 0) {
-    note_consumed_locked(ring_consumed, (flags & kRecordCreditWanted) != 0);
+    note_consumed_locked(ring_consumed, (flags & kRecordCreditWanted) != 0, read);
     // Consuming makes only credit due (anything else waits for a completion).
     if (receive_credit_.to_return() > 0) flush_notifications_locked();
   }
@@ -198,9 +251,11 @@ void Stream::consume_record_locked(const RecordView& record) {
   note_consumed_locked(record.ring_bytes(), (record.header.flags & kRecordCreditWanted) != 0);
 }
 
-void Stream::note_consumed_locked(uint64_t ring_bytes, bool sender_wants_credit) {
+void Stream::note_consumed_locked(uint64_t ring_bytes, bool sender_wants_credit, bool read) {
   receive_credit_.on_consumed(ring_bytes, sender_wants_credit);
-  transport_->publish_consumed(receive_credit_.consumed());
+  // Bytes in the backlog are not read yet: the published count stays
+  // before them (deliver_backlog moves it on).
+  if (read && backlog_.empty()) transport_->publish_consumed(receive_credit_.consumed());
 }
 
 size_t Stream::take_from_bounce_locked(IncomingRendezvous& rendezvous, IovecCursor& destination) {
@@ -296,7 +351,7 @@ bool Stream::drop_unfinished_rendezvous_locked(const RecordView& record,
 ssize_t Stream::peek(StateLock& receive_lock, StateLock& state, std::span<const iovec> buffers) {
   for (;;) {
     IovecCursor view(buffers);
-    size_t copied = 0;
+    size_t copied = backlog_.peek(view);
     uint64_t offset = read_offset_;
     uint64_t taken = head_taken_;
     bool pulled = false;

@@ -7,6 +7,12 @@
 #include "stream/stream.h"
 
 namespace qpsock::stream {
+namespace {
+
+// The most often a writer asks its peer for room before it runs out.
+constexpr std::chrono::milliseconds kEarlyRoomInterval{1};
+
+}  // namespace
 
 ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) {
   if (data.size() == 1 && (flags & (MSG_MORE | MSG_OOB)) == 0)
@@ -75,6 +81,7 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
       continue;
     }
     if (!can_write_locked(kSmallestDataRecord)) {
+      note_stall_locked();
       if (!blocking()) return accepted > 0 ? accepted : -EAGAIN;
       send_lock.unlock();
       const int waited = wait_until(
@@ -179,6 +186,17 @@ void Stream::reserve_eager_writes_locked(uint64_t ring_bytes, uint32_t posts, ui
   send_credit_->on_written(ring_bytes);
   posts_outstanding_ += posts;
   unsent_payload_ += payload;
+  if (send_credit_->room() < eager_->geometry().size() / 2) [[unlikely]]
+    ask_for_room_early_locked();
+}
+
+void Stream::ask_for_room_early_locked() {
+  if (room_asked_early_ || !room_wanted_) return;
+  const auto now = Clock::now();
+  if (now - early_room_asked_at_ < kEarlyRoomInterval) return;
+  early_room_asked_at_ = now;
+  room_asked_early_ = true;
+  ring_doorbell(control_);
 }
 
 uint32_t Stream::announce_data_locked(uint64_t ring_bytes) {

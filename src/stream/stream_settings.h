@@ -39,6 +39,12 @@ struct StreamSettings {
   // withdraws it (if the peer took nothing) and copies the bytes instead, as
   // TCP would have buffered them for a peer that is not reading.
   std::chrono::microseconds rendezvous_patience{10000};
+  // How many bytes of the peer's the receive backlog may hold beyond our
+  // ring, for an application that does not read (Stream::answer_peer); 0:
+  // none, the ring is all the room the peer gets.
+  uint64_t receive_backlog_limit = 0;
+  // How long a writer waits for credit before it asks the peer for room.
+  std::chrono::microseconds room_patience{10000};
   // How long a blocking wait busy-polls before it sleeps in poll(2), at least.
   std::chrono::microseconds spin_time{20};
   // At most how long, when the connection's recent waits were answered

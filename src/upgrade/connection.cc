@@ -127,6 +127,7 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   // doorbells (stream/control_doorbell.h) and the FIN or RST of a closing or
   // dying peer: the stream learns of those here.
   control_.store(tcp, std::memory_order_release);
+  raw->set_room_wanted_handler([this, raw] { schedule_room_request(raw->room_patience()); });
   raw->set_control_channel(tcp, [this, raw](short revents) {
     if (!receiving_switched()) return stream::ControlVerdict::stop_watching;
     // The application closed every number of the socket: what was polled
@@ -168,6 +169,9 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   if (const FdUse use(tcp); use) copy_receive_low_water(use.fd(), *raw);
   stream_installed_.store(raw, std::memory_order_release);
   phase_.store(UpgradePhase::established, std::memory_order_release);
+  // The peer may ring before our application reads up to its token: a
+  // writer that waits for room in our ring (Stream::answer_peer).
+  watch_for_doorbells(tcp);
   installed_streams.fetch_add(1, std::memory_order_acq_rel);
   report_path();
   // Renumbered while the handshake ran (control_fd_left found no stream then).
@@ -202,10 +206,14 @@ int Connection::take_remembered_tcp_error() {
 
 void Connection::answer_doorbell() {
   stream::Stream* current = stream();
-  if (current == nullptr || !receiving_switched()) return;
+  if (current == nullptr) return;
   // As a blocking wait would: the handler takes the doorbells (or finds the
-  // peer gone), then progress answers what the peer sent.
-  current->on_control_event(POLLIN);
+  // peer gone), then progress answers what the peer sent. Before our
+  // receiving direction switched, the TCP bytes (the peer's last ones, its
+  // token, the doorbells behind it) are the application's to read first:
+  // the stream still answers, and takes the peer's bytes for the
+  // application if it is not reading (a peer that waits for room).
+  if (receiving_switched()) current->on_control_event(POLLIN);
   current->answer_peer();
 }
 

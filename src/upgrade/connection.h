@@ -143,8 +143,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (upgrade/inherited_streams.h): refused alike, and it has no stream here.
   void mark_inherited_stream() { inherited_stream_.store(true, std::memory_order_release); }
   bool inherited_stream() const { return inherited_stream_.load(std::memory_order_acquire); }
-  // The cork flusher's call (cork_flusher.h): announce what MSG_MORE corked.
+  // The timer thread's calls (connection_timers.h): announce what MSG_MORE
+  // corked; ask the peer for room if the stream's writer still waits for it.
   void flush_cork();
+  void ask_for_room();
+  // The stream's writer found no room: ask_for_room after `patience`.
+  void schedule_room_request(std::chrono::steady_clock::duration patience);
   // The doorbell watcher's call (doorbell_watcher.h): the TCP socket became
   // readable; take the peer's doorbells and let the stream answer it.
   void answer_doorbell();
@@ -272,6 +276,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<bool> send_switch_allowed_{false};
   std::atomic<bool> send_switched_{false};
   std::atomic<bool> cork_flush_scheduled_{false};
+  std::atomic<bool> room_ask_scheduled_{false};
   // The socket's error the control channel or the application read (0:
   // none), and whether the application was told (remember_tcp_error).
   std::atomic<int> tcp_error_seen_{0};

@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "upgrade/connection.h"
-#include "upgrade/cork_flusher.h"
+#include "upgrade/connection_timers.h"
 #include "upgrade/socket_blocking.h"
 
 namespace qpsock::upgrade {
@@ -203,7 +203,7 @@ ssize_t Connection::send_over_stream(std::span<const iovec> data, int flags,
     count_zero_copy(stats::Direction::sent, stream()->rendezvous_bytes_sent());
     if ((flags & MSG_MORE) != 0 && sent > 0 && stream()->holds_corked_bytes() &&
         !cork_flush_scheduled_.exchange(true, std::memory_order_acq_rel))
-      flush_cork_later(weak_from_this());
+      run_later(ConnectionTimer::flush_cork, weak_from_this(), kCorkLimit);
     return sent;
   }
   if (sent == -EPIPE && (flags & MSG_NOSIGNAL) == 0) raise_sigpipe();
@@ -219,7 +219,20 @@ void Connection::flush_cork() {
   stream::Stream* current = stream();
   if (current != nullptr && current->announce_corked_bytes() &&
       !cork_flush_scheduled_.exchange(true, std::memory_order_acq_rel))
-    flush_cork_later(weak_from_this());
+    run_later(ConnectionTimer::flush_cork, weak_from_this(), kCorkLimit);
+}
+
+void Connection::schedule_room_request(std::chrono::steady_clock::duration patience) {
+  if (!room_ask_scheduled_.exchange(true, std::memory_order_acq_rel))
+    run_later(ConnectionTimer::ask_for_room, weak_from_this(), patience);
+}
+
+void Connection::ask_for_room() {
+  // Cleared first: a stall from now on schedules its own request.
+  room_ask_scheduled_.store(false, std::memory_order_release);
+  stream::Stream* current = stream();
+  if (current != nullptr && current->ask_peer_for_room())
+    schedule_room_request(current->room_patience());
 }
 
 }  // namespace qpsock::upgrade

@@ -1,6 +1,7 @@
-#include "upgrade/cork_flusher.h"
+// The timer thread: a queue of (due, action, connection), run in due order.
+#include "upgrade/connection_timers.h"
 
-#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -13,83 +14,95 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct CorkedStream {
-  Clock::time_point due;
-  std::weak_ptr<Connection> connection;  // gone: nothing to announce
+struct Due {
+  ConnectionTimer timer;
+  std::weak_ptr<Connection> connection;  // gone: nothing to do
 };
 
-class CorkFlusher : public HelperLock {
+class ConnectionTimers : public HelperLock {
  public:
-  void schedule(std::weak_ptr<Connection> connection);
+  void schedule(ConnectionTimer timer, std::weak_ptr<Connection> connection, Clock::duration delay);
   void run();
   void forget_after_fork();
 
  private:
   bool start_locked();
-  // Announces what is due; the time until the next one, or -1.
-  int flush_due();
+  // Runs what is due; the time until the next one, or -1.
+  int run_due();
 
-  std::deque<CorkedStream> corked_;  // in `due` order: every entry waits kCorkLimit
+  std::multimap<Clock::time_point, Due> due_;
   HelperWakeup wakeup_;
   bool running_ = false;
   bool failed_ = false;  // no thread: stop trying
 };
 
-CorkFlusher& flusher() { return fork_aware_instance<CorkFlusher>(); }
+ConnectionTimers& timers() { return fork_aware_instance<ConnectionTimers>(); }
 
-void CorkFlusher::schedule(std::weak_ptr<Connection> connection) {
+void ConnectionTimers::schedule(ConnectionTimer timer, std::weak_ptr<Connection> connection,
+                                Clock::duration delay) {
   std::lock_guard lock(mutex_);
   if (!start_locked()) return;
-  const bool was_idle = corked_.empty();
-  corked_.push_back({Clock::now() + kCorkLimit, std::move(connection)});
-  // A sleeping thread with nothing to wait for must learn of the deadline.
-  if (was_idle) wakeup_.signal();
+  const auto at = Clock::now() + delay;
+  // A sleeping thread must learn of a deadline before the one it sleeps for.
+  const bool sooner = due_.empty() || at < due_.begin()->first;
+  due_.emplace(at, Due{timer, std::move(connection)});
+  if (sooner) wakeup_.signal();
 }
 
-bool CorkFlusher::start_locked() {
+bool ConnectionTimers::start_locked() {
   if (running_) return true;
   if (failed_) return false;
-  if (wakeup_.open() == 0 && start_agent_thread("qpsock-cork", [] { flusher().run(); }) == 0) {
+  if (wakeup_.open() == 0 && start_agent_thread("qpsock-timer", [] { timers().run(); }) == 0) {
     running_ = true;
     return true;
   }
-  QPSOCK_LOG(warn, "cannot start the cork flusher thread: MSG_MORE data waits for the next call");
+  QPSOCK_LOG(warn, "cannot start qpsock's timer thread: MSG_MORE data and requests for room wait "
+                   "for the next call");
   wakeup_.close();
   failed_ = true;
   return false;
 }
 
-int CorkFlusher::flush_due() {
+int ConnectionTimers::run_due() {
   for (;;) {
-    CorkedStream due;
+    Due due;
     {
       std::lock_guard lock(mutex_);
-      if (corked_.empty()) return -1;
-      const auto wait = corked_.front().due - Clock::now();
+      if (due_.empty()) return -1;
+      const auto wait = due_.begin()->first - Clock::now();
       if (wait > Clock::duration::zero())
         return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count());
-      due = std::move(corked_.front());
-      corked_.pop_front();
+      due = std::move(due_.begin()->second);
+      due_.erase(due_.begin());
     }
-    // Outside our lock: announcing takes the stream's.
-    if (const std::shared_ptr<Connection> connection = due.connection.lock()) connection->flush_cork();
+    // Outside our lock: the actions take the stream's.
+    const std::shared_ptr<Connection> connection = due.connection.lock();
+    if (!connection) continue;
+    switch (due.timer) {
+      case ConnectionTimer::flush_cork:
+        connection->flush_cork();
+        break;
+      case ConnectionTimer::ask_for_room:
+        connection->ask_for_room();
+        break;
+    }
   }
 }
 
-void CorkFlusher::run() {
-  for (;;) wakeup_.sleep(flush_due());
+void ConnectionTimers::run() {
+  for (;;) wakeup_.sleep(run_due());
 }
 
-void CorkFlusher::forget_after_fork() {
-  corked_.clear();
+void ConnectionTimers::forget_after_fork() {
+  due_.clear();
   wakeup_.close();
   running_ = false;
 }
 
 }  // namespace
 
-void flush_cork_later(std::weak_ptr<Connection> connection) {
-  flusher().schedule(std::move(connection));
+void run_later(ConnectionTimer timer, std::weak_ptr<Connection> connection, Clock::duration delay) {
+  timers().schedule(timer, std::move(connection), delay);
 }
 
 }  // namespace qpsock::upgrade

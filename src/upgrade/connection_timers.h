@@ -1,8 +1,12 @@
-// MSG_MORE corks bytes until the application's next call on the stream; TCP
-// does not wait for ever: it sends a corked segment within about 200 ms, and
-// a peer may well be waiting for it (a request sent with MSG_MORE and then
-// nothing). The cork flusher is a thread, started on first need, that
-// announces such bytes once they have waited kCorkLimit.
+// What a connection's stream must do later even if the application never
+// calls in again, done by one thread, started on first need:
+// - MSG_MORE corks bytes until the application's next call on the stream;
+//   TCP does not wait for ever: it sends a corked segment within about
+//   200 ms, and a peer may well be waiting for it (a request sent with
+//   MSG_MORE and then nothing).
+// - A writer that finds the peer's ring full asks the peer for room once it
+//   has waited the stream's room_patience: the peer's application may not
+//   be reading, and TCP's buffers would have taken more.
 #pragma once
 
 #include <chrono>
@@ -15,10 +19,16 @@ class Connection;
 // Linux's TCP sends corked data after 200 ms (TCP_CORK's limit).
 inline constexpr std::chrono::milliseconds kCorkLimit{200};
 
-// The connection's stream holds bytes sent with MSG_MORE and not yet
-// announced: announce them kCorkLimit from now unless a later call does.
-// The flusher keeps the connection itself (weakly), never its fd number. If
-// no thread can be started, the bytes wait for the next call, as before.
-void flush_cork_later(std::weak_ptr<Connection> connection);
+enum class ConnectionTimer : uint8_t {
+  flush_cork,    // Connection::flush_cork
+  ask_for_room,  // Connection::ask_for_room
+};
+
+// Calls the timer's action on the connection `delay` from now, unless the
+// connection is gone by then. The thread keeps the connection weakly, never
+// its fd number. If no thread can be started, nothing is done later (the
+// next call on the stream does it, as before).
+void run_later(ConnectionTimer timer, std::weak_ptr<Connection> connection,
+               std::chrono::steady_clock::duration delay);
 
 }  // namespace qpsock::upgrade

@@ -3,10 +3,45 @@
 #include <algorithm>
 #include <bit>
 
+#include <sys/socket.h>
+
+#include <cstdio>
+
+#include "common/small_file.h"
 #include "config/config_loader.h"
+#include "libc/next_symbols.h"
 #include "sockets/fd_table.h"
 
 namespace qpsock::upgrade {
+namespace {
+
+// The most a TCP send buffer grows to by itself (tcp_wmem's third field),
+// read once; Linux's default if it cannot be read.
+uint64_t largest_tcp_send_buffer() {
+  static const uint64_t largest = [] {
+    char text[128];
+    unsigned long long smallest = 0, initial = 0, most = 0;
+    if (read_small_file("/proc/sys/net/ipv4/tcp_wmem", text, sizeof(text)) > 0 &&
+        std::sscanf(text, "%llu %llu %llu", &smallest, &initial, &most) == 3 && most > 0)
+      return static_cast<uint64_t>(most);
+    return uint64_t{4} << 20;
+  }();
+  return largest;
+}
+
+// The room kernel TCP gives a writer whose reader does not read is its send
+// buffer and the reader's receive buffer. We hold the peer's bytes for our
+// application beyond the ring up to as much: the most the peer's send buffer
+// may grow to (we do not know what it set) and our own receive buffer.
+uint64_t receive_backlog_limit(int tcp_fd) {
+  int receive_buffer = 0;
+  socklen_t length = sizeof(receive_buffer);
+  if (next::getsockopt(tcp_fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, &length) != 0)
+    receive_buffer = 0;
+  return largest_tcp_send_buffer() + static_cast<uint64_t>(std::max(receive_buffer, 0));
+}
+
+}  // namespace
 
 stream::StreamSettings stream_settings_for_socket(int tcp_fd) {
   const config::Tunables& tunables = config::process_config().tunables();
@@ -23,6 +58,7 @@ stream::StreamSettings stream_settings_for_socket(int tcp_fd) {
   settings.rendezvous_patience = tunables.rendezvous_patience;
   settings.spin_time = tunables.spin_time;
   settings.spin_limit = tunables.spin_limit;
+  settings.receive_backlog_limit = receive_backlog_limit(tcp_fd);
   return settings;
 }
 

@@ -23,7 +23,8 @@
 # socket inherited; a writer's shutdown(SHUT_WR) whose FIN overtakes its last
 # RDMA writes; a writer killed mid-stream (EOF, as over TCP, also in the
 # middle of a rendezvous); peers that send and exit without closing (every
-# byte, then EOF, never a reset); curl --interface (IP_BIND_ADDRESS_NO_PORT)
+# byte, then EOF, never a reset); the room a writer gets with nobody
+# reading (at least the kernel's); curl --interface (IP_BIND_ADDRESS_NO_PORT)
 # against python's http.server and against nginx (its workers rewrite their
 # environment), and ab -k against nginx (kept-alive connections closed while
 # still in epoll sets); ab's short connections, which the server's
@@ -647,6 +648,48 @@ if [[ -x $PEER_EXIT ]]; then
     fi
 else
     echo "SKIP: $PEER_EXIT is not built"
+fi
+
+# --- 8c. the room a writer gets with nobody reading ------------------------
+# room_probe (tests/integration/room.sh has it on shared memory): the writer
+# writes non-blocking until nothing is taken for 200 ms; the bytes are read
+# back and checked; the writer is writable again. The figure under qpsock
+# (the peer's ring, then its receive backlog) must be at least the kernel's
+# for the same sockets, both roles, default and 64 KiB buffers. --settle
+# gives the RDMA upgrade, which starts at the server's first read, time to
+# finish before the writer starts.
+ROOM=$build_dir/tests/programs/room_probe
+if [[ -x $ROOM ]]; then
+    port=5950
+    for buffers in default 64K; do
+        for writer in client server; do
+            options=(--address $SERVER_IP --source $CLIENT_IP --settle 1500)
+            [[ $buffers == 64K ]] && options+=(--sndbuf 65536 --rcvbuf 65536)
+            [[ $writer == server ]] && options+=(--server-writes)
+            declare -A figure=()
+            for runner in plain qpsock; do
+                out=$LOG/room.$runner.$buffers.$writer prefix=(timeout 60)
+                rm -f "$out.qplog"
+                [[ $runner == qpsock ]] && read -ra prefix <<<"$(qpsock_prefix "$out.qplog")"
+                status=0
+                "${prefix[@]}" "$ROOM" --port $((port++)) "${options[@]}" >"$out" 2>&1 || status=$?
+                bytes=$(sed -n 's/^room \([0-9]*\) .*/\1/p' "$out")
+                whole=$(grep -c "^room ${bytes:-x} writable-at-eagain no writable-after-read yes$" "$out" || true)
+                intact=$(grep -c "^read ${bytes:-x} intact$" "$out" || true)
+                figure[$runner]=${bytes:-0}
+                figure[$runner.ok]=$(( status == 0 && whole == 1 && intact == 1 ))
+            done
+            ups=$(upgraded_in "$LOG/room.qpsock.$buffers.$writer.qplog")
+            if (( figure[plain.ok] && figure[qpsock.ok] && ups == 2 && figure[qpsock] >= figure[plain] )); then
+                pass "room, $buffers buffers, the $writer writes: qpsock ${figure[qpsock]} bytes over RDMA, the kernel ${figure[plain]}; read back intact, then writable"
+            else
+                fail "room, $buffers buffers, the $writer writes: qpsock ${figure[qpsock]} bytes (ok ${figure[qpsock.ok]}, $ups ends upgraded), the kernel ${figure[plain]} (ok ${figure[plain.ok]})"
+                show "$LOG/room.plain.$buffers.$writer" "$LOG/room.qpsock.$buffers.$writer" "$LOG/room.qpsock.$buffers.$writer.qplog"
+            fi
+        done
+    done
+else
+    echo "SKIP: $ROOM is not built"
 fi
 
 # --- 9. curl against python's http.server ---------------------------------
