@@ -19,10 +19,22 @@ namespace qpsock::stream {
 
 class ReceiveBacklog {
  public:
+  ReceiveBacklog() = default;
+  ~ReceiveBacklog();
+  ReceiveBacklog(const ReceiveBacklog&) = delete;
+  ReceiveBacklog& operator=(const ReceiveBacklog&) = delete;
+
+  // How many more bytes this backlog may take now, of `wanted`: all the
+  // process's backlogs together stay under `process_limit`, as the
+  // kernel's TCP buffers stay under tcp_mem. The bytes are counted as the
+  // process's until append() or give_back() says what became of them.
+  uint64_t reserve(uint64_t wanted, uint64_t process_limit);
+  void give_back(uint64_t reserved);
+
   uint64_t bytes() const { return bytes_; }
   bool empty() const { return bytes_ == 0; }
 
-  // Appends `data`, the payload of ring records that end at ring offset
+  // Appends `data` (reserved before), the payload of ring records that end at ring offset
   // `ring_end` (what the ring had consumed once they were taken).
   void append(std::vector<std::byte> data, uint64_t ring_end);
   // Moves up to destination.remaining() bytes into it, in order. Returns the

@@ -166,10 +166,15 @@ void Stream::take_into_backlog_locked(StateLock& state) {
   bool moved_any = false;
   while (backlog_.bytes() < limit && notified_ != read_offset_) {
     // The payload at the head is at most the announced ring bytes.
-    std::vector<std::byte> chunk(std::min(limit - backlog_.bytes(), notified_ - read_offset_));
+    const uint64_t reserved =
+        backlog_.reserve(std::min(limit - backlog_.bytes(), notified_ - read_offset_),
+                         settings_.receive_backlog_process_limit);
+    if (reserved == 0) break;  // the process holds all it may: the peer waits, as over TCP
+    std::vector<std::byte> chunk(reserved);
     iovec piece{chunk.data(), chunk.size()};
     IovecCursor destination({&piece, 1});
     const size_t moved = deliver_ring_data(state, destination, RingTaker::backlog);
+    backlog_.give_back(reserved - moved);
     if (moved > 0) {
       chunk.resize(moved);
       if (moved < chunk.capacity() / 2) chunk.shrink_to_fit();

@@ -43,6 +43,8 @@ struct StreamSettings {
   // ring, for an application that does not read (Stream::answer_peer); 0:
   // none, the ring is all the room the peer gets.
   uint64_t receive_backlog_limit = 0;
+  // All the process's receive backlogs together hold at most this many.
+  uint64_t receive_backlog_process_limit = UINT64_MAX;
   // How long a writer waits for credit before it asks the peer for room.
   std::chrono::microseconds room_patience{10000};
   // How long a blocking wait busy-polls before it sleeps in poll(2), at least.

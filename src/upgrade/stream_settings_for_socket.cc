@@ -4,6 +4,7 @@
 #include <bit>
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 
@@ -27,6 +28,22 @@ uint64_t largest_tcp_send_buffer() {
     return uint64_t{4} << 20;
   }();
   return largest;
+}
+
+// What all of a process's receive backlogs may hold: where the kernel puts
+// all of TCP under memory pressure (tcp_mem's second field, in pages), read
+// once; 1 GiB if it cannot be read.
+uint64_t receive_backlog_process_limit() {
+  static const uint64_t limit = [] {
+    char text[128];
+    unsigned long long low = 0, pressure = 0, high = 0;
+    const long page = sysconf(_SC_PAGESIZE);
+    if (read_small_file("/proc/sys/net/ipv4/tcp_mem", text, sizeof(text)) > 0 &&
+        std::sscanf(text, "%llu %llu %llu", &low, &pressure, &high) == 3 && pressure > 0 && page > 0)
+      return static_cast<uint64_t>(pressure) * static_cast<uint64_t>(page);
+    return uint64_t{1} << 30;
+  }();
+  return limit;
 }
 
 // The room kernel TCP gives a writer whose reader does not read is its send
@@ -59,6 +76,7 @@ stream::StreamSettings stream_settings_for_socket(int tcp_fd) {
   settings.spin_time = tunables.spin_time;
   settings.spin_limit = tunables.spin_limit;
   settings.receive_backlog_limit = receive_backlog_limit(tcp_fd);
+  settings.receive_backlog_process_limit = receive_backlog_process_limit();
   return settings;
 }
 

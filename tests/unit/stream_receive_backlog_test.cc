@@ -135,6 +135,43 @@ TEST_F(StreamReceiveBacklogTest, BytesInTheBacklogAreNoEndOfStreamAndCountAsUnre
   EXPECT_EQ(closed.unread_bytes, written - 10);
 }
 
+// All of a process's backlogs together stay under the process's limit, as
+// TCP's buffers stay under tcp_mem; what one gives up another may take.
+TEST_F(StreamReceiveBacklogTest, TheProcessLimitBoundsEveryBacklogTogether) {
+  StreamSettings settings = small_settings();
+  settings.receive_backlog_limit = kBacklogLimit;
+  settings.receive_backlog_process_limit = 100 << 10;
+  LoopbackStreamPair one, two;
+  ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, one), 0);
+  ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, two), 0);
+  std::vector<uint8_t> data(1 << 20);
+  fill_pattern(10, 0, data);
+  auto fill = [&](LoopbackStreamPair& pair, size_t written) {
+    for (int round = 0; round < 20; ++round) {
+      const iovec rest{data.data() + written, data.size() - written};
+      const ssize_t sent = pair.first->send({&rest, 1}, 0, false);
+      if (sent > 0) written += static_cast<size_t>(sent);
+      pair.second->answer_peer();
+    }
+    return written;
+  };
+  const size_t first = fill(one, 0);
+  // The ring (64 KiB) and 100 KiB of backlog, at most.
+  EXPECT_GE(first, 100u << 10);
+  EXPECT_LE(first, (164u << 10) + 1);
+  const size_t second_before = fill(two, 0);
+  EXPECT_LE(second_before, 64u << 10);  // nothing left for the second
+  std::vector<uint8_t> in(first);
+  ASSERT_EQ(receive_bytes(*one.second, in, MSG_WAITALL), static_cast<ssize_t>(first));
+  EXPECT_EQ(first_mismatch(10, 0, in), -1);
+  // The freed budget goes to the second.
+  const size_t second = fill(two, second_before);
+  EXPECT_GE(second, 100u << 10);
+  std::vector<uint8_t> in_two(second);
+  ASSERT_EQ(receive_bytes(*two.second, in_two, MSG_WAITALL), static_cast<ssize_t>(second));
+  EXPECT_EQ(first_mismatch(10, 0, in_two), -1);
+}
+
 TEST_F(StreamReceiveBacklogTest, WithoutALimitTheRingIsAllTheRoom) {
   StreamSettings settings = small_settings();
   LoopbackStreamPair pair;
