@@ -1,13 +1,11 @@
 #include "stats/process_identity.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 
 #include "common/small_file.h"
-#include "libc/next_symbols.h"
 #include "stats/stats_file_format.h"
 
 namespace qpsock::stats {

@@ -2,7 +2,6 @@
 #include "stream/receive_backlog.h"
 
 #include <algorithm>
-
 #include <atomic>
 
 namespace qpsock::stream {

@@ -1,7 +1,6 @@
 #include "upgrade/rdma_readiness.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,7 +10,6 @@
 
 #include "common/log.h"
 #include "common/small_file.h"
-#include "libc/next_symbols.h"
 #include "stream/record.h"
 #include "transport/verbs/pin_budget.h"
 #include "transport/verbs/verbs_library.h"

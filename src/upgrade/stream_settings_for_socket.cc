@@ -1,11 +1,10 @@
 #include "upgrade/stream_settings_for_socket.h"
 
-#include <algorithm>
-#include <bit>
-
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdio>
 
 #include "common/small_file.h"
@@ -16,16 +15,24 @@
 namespace qpsock::upgrade {
 namespace {
 
+// Field `index` (0, 1 or 2) of one of TCP's three-number sysctls
+// (/proc/sys/net/ipv4/NAME); 0 if it cannot be read.
+uint64_t tcp_sysctl_field(const char* name, int index) {
+  char path[64], text[128];
+  unsigned long long fields[3] = {};
+  std::snprintf(path, sizeof(path), "/proc/sys/net/ipv4/%s", name);
+  if (read_small_file(path, text, sizeof(text)) <= 0 ||
+      std::sscanf(text, "%llu %llu %llu", &fields[0], &fields[1], &fields[2]) != 3)
+    return 0;
+  return fields[index];
+}
+
 // The most a TCP send buffer grows to by itself (tcp_wmem's third field),
 // read once; Linux's default if it cannot be read.
 uint64_t largest_tcp_send_buffer() {
   static const uint64_t largest = [] {
-    char text[128];
-    unsigned long long smallest = 0, initial = 0, most = 0;
-    if (read_small_file("/proc/sys/net/ipv4/tcp_wmem", text, sizeof(text)) > 0 &&
-        std::sscanf(text, "%llu %llu %llu", &smallest, &initial, &most) == 3 && most > 0)
-      return static_cast<uint64_t>(most);
-    return uint64_t{4} << 20;
+    const uint64_t most = tcp_sysctl_field("tcp_wmem", 2);
+    return most > 0 ? most : uint64_t{4} << 20;
   }();
   return largest;
 }
@@ -35,13 +42,9 @@ uint64_t largest_tcp_send_buffer() {
 // once; 1 GiB if it cannot be read.
 uint64_t receive_backlog_process_limit() {
   static const uint64_t limit = [] {
-    char text[128];
-    unsigned long long low = 0, pressure = 0, high = 0;
+    const uint64_t pressure = tcp_sysctl_field("tcp_mem", 1);
     const long page = sysconf(_SC_PAGESIZE);
-    if (read_small_file("/proc/sys/net/ipv4/tcp_mem", text, sizeof(text)) > 0 &&
-        std::sscanf(text, "%llu %llu %llu", &low, &pressure, &high) == 3 && pressure > 0 && page > 0)
-      return static_cast<uint64_t>(pressure) * static_cast<uint64_t>(page);
-    return uint64_t{1} << 30;
+    return pressure > 0 && page > 0 ? pressure * static_cast<uint64_t>(page) : uint64_t{1} << 30;
   }();
   return limit;
 }
