@@ -280,6 +280,7 @@ constexpr std::chrono::milliseconds kPeerFinGrace{500};
 void Stream::break_connection_locked(int pending_error, const char* why) {
   if (broken_) return;
   broken_ = true;
+  const char* seen = why;  // what broke the link, whatever it turns out to mean
   if (pending_error == ECONNRESET && !eof_received_ && !closed_) {
     switch (peer_end_locked()) {
       case PeerEnd::orderly:
@@ -306,7 +307,8 @@ void Stream::break_connection_locked(int pending_error, const char* why) {
   // The peer must lose access to our ring and rendezvous buffers at once.
   transport_->disconnect();
   notify_waiters_locked();
-  QPSOCK_LOG(debug, "stream broken: %s (error %d)", why, pending_error);
+  QPSOCK_LOG(debug, "stream broken: %s (error %d)%s%s", why, pending_error,
+             seen == why ? "" : "; seen: ", seen == why ? "" : seen);
 }
 
 ControlState Stream::control_state_locked() {
