@@ -10,7 +10,7 @@ uint32_t encode_notification(Notification notification) {
 std::optional<Notification> decode_notification(uint32_t immediate) {
   const uint32_t kind = immediate >> kNotificationValueBits;
   if (kind < static_cast<uint32_t>(NotificationKind::data_arrived) ||
-      kind > static_cast<uint32_t>(NotificationKind::rendezvous_written)) {
+      kind > static_cast<uint32_t>(NotificationKind::room_wanted)) {
     return std::nullopt;
   }
   return Notification{static_cast<NotificationKind>(kind), immediate & kLargestNotificationValue};

@@ -20,6 +20,12 @@ enum class NotificationKind : uint8_t {
   // RendezvousMethod::write (record.h, RendezvousWriteRequest):
   rendezvous_write_request = 9,  // value: request box slot; the receiver asks for bytes
   rendezvous_written = 10,       // value: request box slot; the bytes it asked for landed
+  // value 1: the sender holds bytes our ring has no room for (its send
+  // backlog) and its application may not call in: return credit at once,
+  // and ring its doorbell with it (stream/control_doorbell.h). Value 0: it
+  // holds none any more (after the last of them). A peer whose process
+  // ends while it holds bytes did not end in order: they are lost.
+  room_wanted = 11,
 };
 
 inline constexpr uint32_t kNotificationValueBits = 28;

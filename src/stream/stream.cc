@@ -14,6 +14,9 @@ namespace {
 // Ring byte counts travel as 28-bit counts of 8-byte units.
 constexpr uint64_t kLargestRingSize = uint64_t{1} << 30;
 
+// The longest ask_peer_for_room waits before it looks at held bytes again.
+constexpr std::chrono::seconds kLongestBacklogRetry{1};
+
 bool settings_valid(const StreamSettings& settings) {
   return RingGeometry::valid_size(settings.ring_size) && settings.ring_size <= kLargestRingSize &&
          settings.eager_chunk > 0 && settings.rendezvous_threshold > 0 &&
@@ -115,13 +118,22 @@ void Stream::move_control_channel(KeptFd control) {
   control_ = control;
 }
 
+void Stream::allow_doorbells() {
+  std::lock_guard state(state_mutex_);
+  doorbells_allowed_ = true;
+  // A credit went while we could not ring: the peer may not have seen it.
+  if (doorbell_on_credit_ && receive_credit_.unreturned() == 0) ring_for_room_locked();
+}
+
 void Stream::answer_peer() {
-  // A reader that is in frees the ring itself: never wait for it.
+  // A reader or writer that is in does its part itself: never wait for it.
+  StateLock send_lock(send_mutex_, std::try_to_lock);
   StateLock receive_lock(receive_mutex_, std::try_to_lock);
   StateLock state(state_mutex_);
   if (!connected_) return;
   progress_locked();
   if (receive_lock.owns_lock()) take_into_backlog_locked(state);
+  if (send_lock.owns_lock()) push_send_backlog_locked(state);
 }
 
 void Stream::set_room_wanted_handler(RoomWantedHandler handler) {
@@ -136,19 +148,31 @@ void Stream::note_stall_locked() {
   room_wanted_();
 }
 
-bool Stream::ask_peer_for_room() {
-  std::lock_guard state(state_mutex_);
-  if (!connected_) return false;
+std::optional<std::chrono::microseconds> Stream::ask_peer_for_room() {
+  StateLock send_lock(send_mutex_, std::try_to_lock);
+  StateLock state(state_mutex_);
+  if (!connected_) return std::nullopt;
   progress_locked();  // credit that came meanwhile ends the stall
-  if (!stalled_since_ || room_asked_ || broken_ || write_shutdown_) return false;
-  if (Clock::now() < *stalled_since_ + settings_.room_patience) return true;
+  if (send_lock.owns_lock()) push_send_backlog_locked(state);
+  std::optional<std::chrono::microseconds> again;
+  if (send_backlog_bytes_ != 0 && !broken_) {
+    // Bytes held for a peer that gives no room: looked at again, less often
+    // each time (a doorbell or a writer's call pushes them sooner).
+    backlog_retry_ = std::clamp(2 * backlog_retry_, settings_.room_patience,
+                                std::chrono::microseconds{kLongestBacklogRetry});
+    again = backlog_retry_;
+  }
+  if (!stalled_since_ || room_asked_ || broken_ || write_shutdown_) return again;
+  const auto due = *stalled_since_ + settings_.room_patience;
+  if (const auto now = Clock::now(); now < due)
+    return std::chrono::ceil<std::chrono::microseconds>(due - now);
   room_asked_ = true;
   QPSOCK_LOG(debug, "stream: no room in the peer's ring for %lld ms: asking its engine for room",
              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         Clock::now() - *stalled_since_)
                                         .count()));
   ring_doorbell(control_);
-  return false;
+  return again;
 }
 
 size_t Stream::readable_bytes() {
@@ -162,7 +186,12 @@ size_t Stream::unsent_bytes() {
   std::lock_guard state(state_mutex_);
   if (!connected_) return 0;
   progress_locked();
-  return unsent_payload_ + unnotified_payload_ + rendezvous_out_.bytes_in_flight();
+  return unsent_payload_ + unnotified_payload_ + rendezvous_out_.bytes_in_flight() + send_backlog_bytes_;
+}
+
+uint64_t Stream::send_backlog_bytes() {
+  std::lock_guard state(state_mutex_);
+  return send_backlog_bytes_;
 }
 
 void Stream::return_credit_now() {
@@ -184,12 +213,13 @@ bool Stream::announce_corked_bytes() {
 }
 
 bool Stream::arm_for_readiness() {
-  std::lock_guard state(state_mutex_);
+  StateLock state(state_mutex_);
   if (!connected_ || broken_) return true;
   bool moved = false;
   for (;;) {
     flush_unnotified_locked();
     moved |= progress_locked();
+    try_push_send_backlog_locked(state);
     return_all_credit_locked();
     if (transport_->arm() < 0) {
       break_connection_locked(ECONNRESET, "arming the transport's wakeup failed");
@@ -260,11 +290,12 @@ void Stream::act_on_control_verdict_locked(ControlVerdict verdict) {
 }
 
 short Stream::readiness(Progress progress) {
-  std::lock_guard state(state_mutex_);
+  StateLock state(state_mutex_);
   if (!connected_) return 0;
   if (progress == Progress::make) {
     flush_unnotified_locked();
     progress_locked();
+    try_push_send_backlog_locked(state);
   }
   // A peer that left the link may yet send its FIN: until it comes (or the
   // grace ends) the socket reads as readable, and a read says EAGAIN; a
@@ -277,13 +308,15 @@ short Stream::readiness(Progress progress) {
   if (readable_bytes_ >= receive_low_water_) events |= POLLIN | POLLRDNORM;
   const bool reset = broken_ && (!peer_closed_ || wrote_after_peer_close_);
   if (reset || (read_closed && write_shutdown_)) events |= POLLHUP;
-  // Writable like TCP's low-water mark: a quarter of the peer's ring is free,
-  // so a write that is told so always makes progress.
-  const bool writable = can_write_locked(kSmallestDataRecord) &&
-                        send_credit_->room() >= eager_->geometry().size() / 4;
-  // A waiter for POLLOUT that is not told so may wait for the peer's room.
-  if (!writable && !write_shutdown_) note_stall_locked();
-  if (broken_ || write_shutdown_ || writable) events |= POLLOUT | POLLWRNORM;
+  // Writable like TCP's low-water mark: a quarter of the peer's ring is free
+  // (and nothing held before it), or the send backlog has room, so a write
+  // that is told so always makes progress.
+  const bool ring_writable = send_backlog_bytes_ == 0 && can_write_locked(kSmallestDataRecord) &&
+                             send_credit_->room() >= eager_->geometry().size() / 4;
+  // A waiter for POLLOUT, or bytes held, may wait for the peer's room.
+  if (!ring_writable && !write_shutdown_) note_stall_locked();
+  if (broken_ || write_shutdown_ || ring_writable || send_backlog_writable_locked())
+    events |= POLLOUT | POLLWRNORM;
   if (pending_error_ != 0) events |= POLLERR;
   return events;
 }
@@ -310,10 +343,11 @@ int Stream::shutdown_read() {
 }
 
 int Stream::shutdown_write() {
-  std::lock_guard send_lock(send_mutex_);
-  std::lock_guard state(state_mutex_);
+  StateLock send_lock(send_mutex_);
+  StateLock state(state_mutex_);
   if (!connected_) return -ENOTCONN;
-  if (write_shutdown_) return 0;
+  // Again (Java's close shuts down output again): the FIN still waits.
+  if (write_shutdown_) return end_sent_wanted_ && !broken_ ? 1 : 0;
   write_shutdown_ = true;
   if (!broken_) {
     end_of_stream_pending_ = true;
@@ -322,14 +356,22 @@ int Stream::shutdown_write() {
     flush_notifications_locked();
   }
   notify_waiters_locked();
-  return 0;
+  if (!end_of_stream_pending_ || broken_) return 0;
+  end_sent_wanted_ = true;
+  return 1;
+}
+
+void Stream::set_end_sent_handler(EndSentHandler handler) {
+  std::lock_guard state(state_mutex_);
+  end_sent_ = std::move(handler);
 }
 
 CloseResult Stream::close() {
   StateLock send_lock(send_mutex_);
   StateLock state(state_mutex_);
-  if (closed_) return {0, 0};
+  if (closed_) return {0, 0, 0};
   int error = 0;
+  uint64_t lost = 0;
   // Unread data: TCP resets rather than closes, and so do we (no end of
   // stream: the peer then sees a reset, not an orderly close).
   const bool resetting = connected_ && readable_bytes_ > 0;
@@ -338,15 +380,17 @@ CloseResult Stream::close() {
       write_shutdown_ = true;
       end_of_stream_pending_ = true;
     }
+    lost = push_all_held_locked(state);
     flush_unnotified_locked();
     flush_notifications_locked();
     send_lock.unlock();
     // Our last writes must land before the transport goes: wait for their
     // completions (the hardware's, not the peer application's).
-    auto flushed = [&] { return all_sent_locked(); };
+    auto flushed = [&] { return all_sent_locked() || lost != 0; };
     const int waited =
         wait_until(state, flushed, {.deadline = Clock::now() + settings_.close_flush_timeout});
-    if (waited < 0) error = waited;
+    if (lost != 0) error = -ETIMEDOUT;
+    else if (waited < 0) error = waited;
     // A peer that closed first breaks the stream too; only lost writes are an error.
     else if (broken_ && !flushed()) error = -ECONNRESET;
   }
@@ -356,7 +400,7 @@ CloseResult Stream::close() {
   transport_->disconnect();
   notify_waiters_locked();
   QPSOCK_LOG(debug, "stream closed: %zu bytes unread, error %d", unread, error);
-  return {unread, error};
+  return {unread, error, lost};
 }
 
 void Stream::abort() {

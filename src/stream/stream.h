@@ -43,7 +43,7 @@
 #include "stream/stream_settings.h"
 #include "stream/transport.h"
 #include "stream/readiness_signal.h"
-#include "stream/receive_backlog.h"
+#include "stream/byte_backlog.h"
 #include "stream/wake_signal.h"
 
 namespace qpsock::stream {
@@ -83,6 +83,9 @@ struct RendezvousCounts {
 struct CloseResult {
   size_t unread_bytes;  // data the application never read: reset the TCP connection, as TCP does
   int error;            // 0, or -errno if the last writes could not be flushed
+  // Bytes of the send backlog the peer never gave room for: the peer must
+  // not read an orderly end after the bytes it got (reset the connection).
+  uint64_t lost_bytes;
 };
 
 class Stream {
@@ -114,12 +117,19 @@ class Stream {
   // The application renumbered the socket (dup2, then close of the old
   // number): the control channel is now `control`, the same socket.
   void move_control_channel(KeptFd control);
+  // Our sending direction switched (the peer's TCP bytes from us end with
+  // the token): doorbells may follow on TCP. Until then a doorbell the
+  // reader's side owes the peer (room_wanted) waits, since a byte we wrote
+  // into TCP would be the application's. A stream that sends rings only
+  // after its first send, which comes after the switch.
+  void allow_doorbells();
   // The peer rang the doorbell (stream/control_doorbell.h): take in what it
   // sent and answer it, though no application thread calls in. Unless a
   // reader is in, the data at the head of our ring also moves into the
   // receive backlog (up to receive_backlog_limit) and its credit goes back:
   // a peer that rings while it waits for room gets it, as TCP's receive
-  // queue takes what an application has not read yet.
+  // queue takes what an application has not read yet. Unless a writer is
+  // in, what our send backlog holds goes into the room the peer gave.
   void answer_peer();
   // Called once each time a writer finds the peer's ring full (a stall,
   // until credit comes), under the state lock: it must not call into the
@@ -128,13 +138,18 @@ class Stream {
   void set_room_wanted_handler(RoomWantedHandler handler);
   // If a stall has lasted room_patience with no credit, rings the peer's
   // doorbell (once per stall), so that its engine takes our bytes into its
-  // backlog though its application does not read. True if a stall goes on
-  // that is not due yet: call again later.
-  bool ask_peer_for_room();
+  // backlog though its application does not read; and moves what the send
+  // backlog holds into any room there is. How long until it wants to be
+  // called again (a stall not due yet, or bytes still in the send backlog,
+  // looked at less often the longer no room comes), or nullopt.
+  std::optional<std::chrono::microseconds> ask_peer_for_room();
   std::chrono::microseconds room_patience() const { return settings_.room_patience; }
 
   // send(2)/sendmsg(2): MSG_DONTWAIT, MSG_MORE (defers the peer's notification
   // until the next call on this stream), MSG_NOSIGNAL is the socket layer's.
+  // What the peer's ring has no room for goes into the send backlog (up to
+  // send_backlog_limit), as TCP's send buffer takes it: at once for a
+  // non-blocking send, after room_patience without credit for a blocking one.
   ssize_t send(std::span<const iovec> data, int flags, Blocking blocking);
   // recv(2)/recvmsg(2): MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT.
   ssize_t receive(std::span<const iovec> buffers, int flags, Blocking blocking);
@@ -145,6 +160,7 @@ class Stream {
   // as TCP does. At least 1.
   void set_receive_low_water(size_t bytes);
   size_t unsent_bytes();    // SIOCOUTQ
+  uint64_t send_backlog_bytes();  // held in the send backlog
   // Tells the peer now of every byte we have consumed, however few (credit
   // otherwise goes back by quarters of the ring, or before a reader sleeps).
   void return_credit_now();
@@ -159,9 +175,20 @@ class Stream {
   // before it sleeps, or a completion consumed then spends the arm.
   enum class Progress : uint8_t { make, none };
   short readiness(Progress progress = Progress::make);
+  // shutdown(SHUT_WR), at once: the end of stream follows what the send
+  // backlog holds. 0 if it went; 1 if it waits (for held bytes, or a
+  // slot): the end-sent handler is called when it goes, and the TCP FIN,
+  // which the peer reads as our end, must wait for it (TCP's FIN follows
+  // the last byte of its send buffer too); or -ENOTCONN.
   int shutdown_write();
+  // Called (under the state lock: it must not call into the stream or
+  // wait) when an end of stream shutdown_write left waiting goes.
+  using EndSentHandler = std::function<void()>;
+  void set_end_sent_handler(EndSentHandler handler);
   int shutdown_read();
-  // Flushes what was sent, ends our direction, and disconnects the transport.
+  // Flushes what was sent (the send backlog too, for as long as the peer
+  // gives room at least every close_flush_timeout), ends our direction, and
+  // disconnects the transport.
   CloseResult close();
   // The process ends without closing the socket (exit, _exit): a TCP
   // socket's kernel would still send what send took, but the transport goes
@@ -174,8 +201,12 @@ class Stream {
   // reaps with Transport::poll_for_exit, acts only on what completes our
   // own posts, stops at a failure, and gives up on the stream once nothing
   // has completed for a short while.
+  // Bytes the send backlog holds wait past `deadline` while the peer keeps
+  // taking them (a TCP writer would still be blocked in its write). False
+  // if some could not go (no room for a minute): the connection must end
+  // in a reset, not an orderly close after part of what was written.
   enum class ExitCall : uint8_t { exit, underscore_exit };
-  void deliver_before_exit(std::chrono::steady_clock::time_point deadline, ExitCall call);
+  bool deliver_before_exit(std::chrono::steady_clock::time_point deadline, ExitCall call);
   // Breaks the stream now (the socket is going away under other threads):
   // every waiting and later call returns at once.
   void abort();
@@ -239,10 +270,11 @@ class Stream {
   // now; false only if the post failed (the stream is broken).
   bool post_credit_locked(uint64_t ring_bytes);
   void flush_unnotified_locked();
-  // Every post has completed and nothing waits to be announced (close and
-  // the process's exit wait for it).
+  // Every post has completed and nothing waits to be sent or announced
+  // (close and the process's exit wait for it).
   bool all_sent_locked() const {
-    return posts_outstanding_ == 0 && unnotified_ring_bytes_ == 0 && !end_of_stream_pending_;
+    return posts_outstanding_ == 0 && unnotified_ring_bytes_ == 0 && !end_of_stream_pending_ &&
+           send_backlog_bytes_ == 0 && !held_notice_;
   }
   bool post_notification_locked(NotificationKind kind, uint32_t value);
   bool send_queue_has_room_locked(uint32_t posts) const;
@@ -342,6 +374,32 @@ class Stream {
   uint64_t bytes_before_rendezvous(const IovecCursor& source, Blocking& blocking) const;
   // Whether `payload` bytes of eager records fit in the free ring now.
   bool fits_free_ring_locked(uint64_t payload) const;
+
+  // --- stream_send_backlog.cc: what the peer's ring has no room for yet ---
+  // With the send lock: takes as much of `source` as the send backlog has
+  // room for (copied with the state lock released). The count.
+  size_t hold_in_send_backlog(StateLock& state, IovecCursor& source);
+  // With the send lock: moves the backlog's bytes into the peer's ring as
+  // far as its room goes; if some stay, asks the peer for room. Under
+  // _exit (perhaps in a signal handler) it frees no memory and calls no
+  // handler: the caller rings the peer itself.
+  enum class PushCaller : uint8_t { thread, underscore_exit };
+  void push_send_backlog_locked(StateLock& state, PushCaller caller = PushCaller::thread);
+  // With the send lock: pushes until nothing is held, for as long as the
+  // peer gives room at least every close_flush_timeout (the kernel's FIN
+  // follows the last byte of TCP's send buffer). The bytes left: 0, or
+  // what must not be followed by an orderly end.
+  uint64_t push_all_held_locked(StateLock& state);
+  // Without the send lock: pushes if the peer gave room and no writer is in
+  // (a writer that is in pushes first itself).
+  void try_push_send_backlog_locked(StateLock& state,
+                                    PushCaller caller = PushCaller::thread);
+  // Asks the peer (room_wanted) to return credit at once and ring our
+  // doorbell with it, once per credit received.
+  void request_room_locked();
+  // The reader's side of room_wanted.
+  void on_room_wanted_locked(uint32_t held);
+  bool send_backlog_writable_locked() const;
 
   // --- stream_receive.cc ---
   int receive_error_locked();
@@ -493,9 +551,28 @@ class Stream {
   bool room_asked_early_ = false;  // ask_for_room_early_locked rang; no credit since
   Clock::time_point early_room_asked_at_{};
   RoomWantedHandler room_wanted_;
+  // The send backlog's size (the backlog itself is the send lock's).
+  uint64_t send_backlog_bytes_ = 0;
+  // room_wanted's value waiting for a slot (the latest state wins).
+  std::optional<uint32_t> held_notice_;
+  bool peer_told_held_ = false;  // room_wanted(1) sent, room_wanted(0) not since
+  bool room_requested_ = false;        // room_wanted sent; no credit since
+  // How long ask_peer_for_room waits before it looks at the send backlog again.
+  std::chrono::microseconds backlog_retry_{0};
+  // The peer asked for room (room_wanted): ring its doorbell with our next credit.
+  bool doorbell_on_credit_ = false;
+  bool peer_holds_bytes_ = false;  // room_wanted(1) came, room_wanted(0) not since
+  bool doorbells_allowed_ = false;  // allow_doorbells()
+  bool end_sent_wanted_ = false;    // shutdown_write returned 1
+  EndSentHandler end_sent_;
+  // Rings the peer's doorbell for room_wanted if it may now.
+  void ring_for_room_locked();
+
+  // --- guarded by send_mutex_ ---
+  ByteBacklog send_backlog_;
 
   // --- guarded by receive_mutex_ ---
-  ReceiveBacklog backlog_;
+  ByteBacklog backlog_;
   uint64_t read_offset_ = 0;  // the head record's offset
   uint64_t head_taken_ = 0;   // payload bytes of the head data record already read
 };

@@ -78,6 +78,7 @@ void Stream::on_notification_locked(const Notification& notification) {
         protocol_error_locked("credit for bytes never written");
       stalled_since_.reset();
       room_asked_early_ = false;
+      room_requested_ = false;
       break;
     case NotificationKind::slots_returned:
       if (!window_->on_slots_returned(notification.value))
@@ -114,6 +115,9 @@ void Stream::on_notification_locked(const Notification& notification) {
       break;
     case NotificationKind::rendezvous_written:
       on_written_locked(notification.value);
+      break;
+    case NotificationKind::room_wanted:
+      on_room_wanted_locked(notification.value);
       break;
   }
 }
@@ -229,10 +233,20 @@ void Stream::flush_notifications_locked() {
   }
   post_rendezvous_writes_locked();
   if (broken_) return;
-  if (end_of_stream_pending_ && unnotified_ring_bytes_ == 0 && send_queue_has_room_locked(1)) {
+  if (held_notice_ && window_->can_send_counted() && send_queue_has_room_locked(1)) {
+    const uint32_t held = *held_notice_;
+    held_notice_.reset();
+    if (!post_notification_locked(NotificationKind::room_wanted, held)) return;
+    peer_told_held_ = held != 0;
+  }
+  if (end_of_stream_pending_ && unnotified_ring_bytes_ == 0 && send_backlog_bytes_ == 0 &&
+      send_queue_has_room_locked(1)) {
     window_->take_end_of_stream_slot();
     end_of_stream_pending_ = false;
-    post_notification_locked(NotificationKind::end_of_stream, 0);
+    if (post_notification_locked(NotificationKind::end_of_stream, 0) && end_sent_wanted_) {
+      end_sent_wanted_ = false;
+      if (end_sent_) end_sent_();
+    }
   }
   if (reader_gone_pending_ && !end_of_stream_pending_ && window_->can_send_counted() &&
       send_queue_has_room_locked(1)) {
@@ -253,6 +267,8 @@ bool Stream::post_credit_locked(uint64_t ring_bytes) {
   if (!post_notification_locked(NotificationKind::credit, static_cast<uint32_t>(units)))
     return false;
   receive_credit_.on_returned(units * kRingUnit);
+  // The peer holds bytes for this room and may not call in to see it.
+  if (doorbell_on_credit_) ring_for_room_locked();
   return true;
 }
 
@@ -331,6 +347,8 @@ Stream::PeerEnd Stream::peer_end_locked() {
   if (read_shutdown_) return reset("we shut down reading");
   if (unsent_payload_ != 0) return reset("writes of ours in flight");
   if (rendezvous_out_.bytes_in_flight() != 0) return reset("a rendezvous of ours in flight");
+  // TCP's kernel would still send them; here they went with the process.
+  if (peer_holds_bytes_) return reset("the peer's process ended holding bytes it had written");
   // Credit comes back in batches (and before a reader sleeps); a transport
   // may know the exact count.
   const std::optional<uint64_t> consumed = transport_->peer_consumed();

@@ -168,7 +168,7 @@ void Stream::take_into_backlog_locked(StateLock& state) {
     // The payload at the head is at most the announced ring bytes.
     const uint64_t reserved =
         backlog_.reserve(std::min(limit - backlog_.bytes(), notified_ - read_offset_),
-                         settings_.receive_backlog_process_limit);
+                         settings_.backlog_process_limit);
     if (reserved == 0) break;  // the process holds all it may: the peer waits, as over TCP
     std::vector<std::byte> chunk(reserved);
     iovec piece{chunk.data(), chunk.size()};

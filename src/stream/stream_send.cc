@@ -25,9 +25,19 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
   // Bytes of the current piece to copy even though it is large enough for a
   // rendezvous (its registration failed).
   uint64_t copy_anyway = 0;
+  // A blocking send waits room_patience for credit once; then what the
+  // ring has no room for goes into the send backlog at once.
+  bool waited_for_room = false;
   for (;;) {
     StateLock send_lock(send_mutex_);
     StateLock state(state_mutex_);
+    // What the send backlog takes of the rest is accepted: true if any.
+    auto hold = [&] {
+      const size_t held = hold_in_send_backlog(state, source);
+      accepted += static_cast<ssize_t>(held);
+      copy_anyway -= std::min<uint64_t>(copy_anyway, held);
+      return held > 0;
+    };
     if (!connected_) return -ENOTCONN;
     // Take in what happened first: a peer that has closed is seen before
     // this write, not by its failing post; and a peer that left the link and
@@ -56,6 +66,26 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
     if (int error = send_error_locked(accepted == 0); error < 0)
       return accepted > 0 ? accepted : error;
     if (source.done()) return all_accepted_locked(accepted, more);
+    if (send_backlog_bytes_ != 0) {
+      // Bytes held earlier go first, as far as the ring takes them; this
+      // send's bytes go behind them.
+      push_send_backlog_locked(state);
+      if (send_backlog_bytes_ != 0 && !broken_) {
+        if (hold()) continue;
+        if (!blocking()) return accepted > 0 ? accepted : -EAGAIN;
+        send_lock.unlock();
+        const uint64_t held_before = send_backlog_bytes_;
+        const int waited = wait_until(
+            state,
+            [&] {
+              return can_write_locked(kSmallestDataRecord) || write_shutdown_ ||
+                     send_backlog_bytes_ < held_before;
+            },
+            {.interruptible = true, .deadline = blocking.deadline()});
+        if (waited < 0) return finish_send_locked(accepted, waited == -ETIMEDOUT ? -EAGAIN : waited);
+      }
+      continue;
+    }
     const uint64_t eager_bytes =
         copy_anyway > 0 ? copy_anyway : bytes_before_rendezvous(source, blocking);
     if (eager_bytes == 0) {
@@ -82,11 +112,27 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
     }
     if (!can_write_locked(kSmallestDataRecord)) {
       note_stall_locked();
+      if ((!blocking() || waited_for_room) && hold()) continue;
       if (!blocking()) return accepted > 0 ? accepted : -EAGAIN;
       send_lock.unlock();
+      // A reader that reads frees the ring soon: its bytes then go straight
+      // in. The wait for credit before the backlog takes them is bounded.
+      std::optional<Clock::time_point> deadline = blocking.deadline();
+      bool patience_ends = false;
+      if (!waited_for_room && settings_.send_backlog_limit != 0) {
+        const auto patience_end = Clock::now() + settings_.room_patience;
+        if (!deadline || patience_end < *deadline) {
+          deadline = patience_end;
+          patience_ends = true;
+        }
+      }
       const int waited = wait_until(
           state, [&] { return can_write_locked(kSmallestDataRecord) || write_shutdown_; },
-          {.interruptible = true, .deadline = blocking.deadline()});
+          {.interruptible = true, .deadline = deadline});
+      if (waited == -ETIMEDOUT && patience_ends) {
+        waited_for_room = true;
+        continue;
+      }
       // SO_SNDTIMEO ran out: what was sent, or EAGAIN.
       if (waited < 0) return finish_send_locked(accepted, waited == -ETIMEDOUT ? -EAGAIN : waited);
       continue;
@@ -110,7 +156,8 @@ std::optional<ssize_t> Stream::send_single_inline_record(const iovec& data) {
   progress_locked();
   // Anything unusual (an error, a shutdown, the peer's close, bytes held by
   // MSG_MORE, no room or slot now) is the general path's to handle.
-  if (broken_ || write_shutdown_ || peer_closed_ || peer_reader_gone_ || unnotified_ring_bytes_ != 0)
+  if (broken_ || write_shutdown_ || peer_closed_ || peer_reader_gone_ || unnotified_ring_bytes_ != 0 ||
+      send_backlog_bytes_ != 0)
     return std::nullopt;
   const uint64_t offset = send_credit_->written();
   const uint64_t ring_bytes = eager_->single_inline_record(offset, data.iov_len);

@@ -43,8 +43,12 @@ struct StreamSettings {
   // ring, for an application that does not read (Stream::answer_peer); 0:
   // none, the ring is all the room the peer gets.
   uint64_t receive_backlog_limit = 0;
-  // All the process's receive backlogs together hold at most this many.
-  uint64_t receive_backlog_process_limit = UINT64_MAX;
+  // How many bytes of our application's the send backlog may hold beyond
+  // the peer's ring, taken at once as TCP's send buffer takes them (the
+  // socket's send buffer size); 0: none, a writer waits for the peer's ring.
+  uint64_t send_backlog_limit = 0;
+  // All the process's backlogs, both kinds, together hold at most this many.
+  uint64_t backlog_process_limit = UINT64_MAX;
   // How long a writer waits for credit before it asks the peer for room.
   std::chrono::microseconds room_patience{10000};
   // How long a blocking wait busy-polls before it sleeps in poll(2), at least.

@@ -37,9 +37,11 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
                                                      : SpinBudget::Duration(settings_.spin_time));
   auto yield_at = started + kSpinYieldInterval;
   for (bool waited = false;; waited = true) {
-    // Never sleep on bytes the peer has not been told about.
+    // Never sleep on bytes the peer has not been told about, nor on held
+    // bytes the peer has room for.
     flush_unnotified_locked();
     progress_locked();
+    try_push_send_backlog_locked(state);
     if (done()) {
       // How long an answer took teaches the next wait how long to stay awake.
       if (options.adaptive_spin && waited && !broken_)

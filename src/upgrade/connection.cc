@@ -128,6 +128,7 @@ void Connection::install(std::unique_ptr<stream::Stream> stream, const BindingTo
   // dying peer: the stream learns of those here.
   control_.store(tcp, std::memory_order_release);
   raw->set_room_wanted_handler([this, raw] { schedule_room_request(raw->room_patience()); });
+  raw->set_end_sent_handler([this] { send_deferred_fin(); });
   raw->set_control_channel(tcp, [this, raw](short revents) {
     if (!receiving_switched()) return stream::ControlVerdict::stop_watching;
     // The application closed every number of the socket: what was polled
@@ -202,6 +203,10 @@ int Connection::take_remembered_tcp_error() {
   const int error = tcp_error_seen_.load(std::memory_order_acquire);
   if (error == 0 || tcp_error_reported_.exchange(true, std::memory_order_acq_rel)) return 0;
   return error;
+}
+
+void Connection::send_deferred_fin() {
+  if (const FdUse use(control()); use) next::shutdown(use.fd(), SHUT_WR);
 }
 
 void Connection::answer_doorbell() {
@@ -388,8 +393,13 @@ int Connection::shutdown(int fd, int how) {
   }
   stream::Stream* current = stream();
   if (current != nullptr) {
-    if ((how == SHUT_WR || how == SHUT_RDWR) && sending_switched()) current->shutdown_write();
+    const bool fin_later =
+        (how == SHUT_WR || how == SHUT_RDWR) && sending_switched() && current->shutdown_write() > 0;
     if ((how == SHUT_RD || how == SHUT_RDWR) && receiving_switched()) current->shutdown_read();
+    // The stream's end of stream waits for held bytes: the FIN, which the
+    // peer's control channel reads as our end, goes after it
+    // (send_deferred_fin), as TCP's follows its send buffer.
+    if (fin_later) return how == SHUT_RDWR ? next::shutdown(fd, SHUT_RD) : 0;
   }
   // The kernel's half-close too: before the switch it is the real one, after
   // it the FIN tells the peer's control channel that we ended in order.
@@ -441,6 +451,12 @@ bool Connection::close_stream() {
   }
   const stream::CloseResult result = current->close();
   if (result.error != 0) QPSOCK_LOG(debug, "closing an upgraded stream: %d", result.error);
+  if (result.lost_bytes > 0) {
+    QPSOCK_LOG(warn, "closing an upgraded connection with %llu written bytes its peer gave no "
+               "room for within close_flush_timeout: resetting it, so the peer sees a reset, "
+               "not an end after a part", static_cast<unsigned long long>(result.lost_bytes));
+    return true;
+  }
   return application_bytes_possible && result.unread_bytes > 0;
 }
 

@@ -152,6 +152,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The doorbell watcher's call (doorbell_watcher.h): the TCP socket became
   // readable; take the peer's doorbells and let the stream answer it.
   void answer_doorbell();
+  // The end of stream a shutdown(SHUT_WR) left waiting went: the kernel's
+  // half-close now (any thread, under the stream's state lock).
+  void send_deferred_fin();
   // setsockopt(SO_RCVLOWAT) on the socket: the stream, if installed, takes it.
   void receive_low_water_changed(int tcp_fd);
   // The number the stream watches for the peer's doorbells, FIN and reset

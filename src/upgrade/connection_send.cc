@@ -191,6 +191,7 @@ void Connection::try_switch_sending(int fd) {
     stream()->abort();
   }
   send_switched_.store(true, std::memory_order_release);
+  stream()->allow_doorbells();
   QPSOCK_LOG(debug, "fd %d: sending switched to the stream after %llu TCP bytes", fd,
              static_cast<unsigned long long>(header.tcp_bytes));
 }
@@ -231,8 +232,8 @@ void Connection::ask_for_room() {
   // Cleared first: a stall from now on schedules its own request.
   room_ask_scheduled_.store(false, std::memory_order_release);
   stream::Stream* current = stream();
-  if (current != nullptr && current->ask_peer_for_room())
-    schedule_room_request(current->room_patience());
+  if (current == nullptr) return;
+  if (const auto again = current->ask_peer_for_room()) schedule_room_request(*again);
 }
 
 }  // namespace qpsock::upgrade

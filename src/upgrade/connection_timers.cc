@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "upgrade/agent_thread.h"
 #include "upgrade/connection.h"
+#include "upgrade/lingering_close.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -84,6 +85,9 @@ int ConnectionTimers::run_due() {
         break;
       case ConnectionTimer::ask_for_room:
         connection->ask_for_room();
+        break;
+      case ConnectionTimer::linger:
+        continue_lingering(connection);
         break;
     }
   }

@@ -6,7 +6,9 @@
 //   MSG_MORE and then nothing).
 // - A writer that finds the peer's ring full asks the peer for room once it
 //   has waited the stream's room_patience: the peer's application may not
-//   be reading, and TCP's buffers would have taken more.
+//   be reading, and TCP's buffers would have taken more. While bytes are
+//   held in its send backlog, it looks again now and then (a doorbell
+//   that raced the peer's credit must not leave them there).
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,7 @@ inline constexpr std::chrono::milliseconds kCorkLimit{200};
 enum class ConnectionTimer : uint8_t {
   flush_cork,    // Connection::flush_cork
   ask_for_room,  // Connection::ask_for_room
+  linger,        // continue_lingering (upgrade/lingering_close.h)
 };
 
 // Calls the timer's action on the connection `delay` from now, unless the

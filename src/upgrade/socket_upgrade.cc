@@ -15,6 +15,7 @@
 #include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
 #include "upgrade/io_uring_detector.h"
+#include "upgrade/lingering_close.h"
 #include "upgrade/side_channel.h"
 #include "upgrade/socket_identity.h"
 #include "upgrade/upgrade_agent.h"
@@ -82,6 +83,13 @@ void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
   }
   // Begins in the worker, rdma_upgrade_delay from now.
   begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
+}
+
+// The kernel ends the TCP connection with a reset when `fd` (its last
+// number, or the process) closes: SO_LINGER with no time.
+void reset_when_closed(int fd) {
+  const linger abortive{1, 0};
+  next::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
 }
 
 }  // namespace
@@ -232,22 +240,30 @@ void connections_before_exec(InheritedStreamsMarker& inherited) {
 }
 
 void connections_after_fork_in_child() {
-  if (!any_connections()) return;
+  if (!any_connections() && !any_lingering()) return;
   ErrnoGuard errno_guard;
+  lingering_after_fork_in_child();
+  if (!any_connections()) return;
   visit_connections([](int, Connection& connection) { connection.abandon_inherited_stream(); });
 }
 
 void connections_before_exit(stream::Stream::ExitCall call) {
-  if (!any_connections()) return;
-  ErrnoGuard errno_guard;
   // What a peer that is alive takes in microseconds (milliseconds over
   // Soft-RoCE); a dead one's queue pair fails sooner or later.
   constexpr std::chrono::seconds kExitDeliveryTime{2};
+  if (!any_connections() && !any_lingering()) return;
+  ErrnoGuard errno_guard;
   const auto deadline = std::chrono::steady_clock::now() + kExitDeliveryTime;
+  lingering_before_exit(deadline, call);
+  if (!any_connections()) return;
   if (call == stream::Stream::ExitCall::exit) {
     // A connection under two fds is visited twice; the second finds nothing to do.
-    visit_connections([deadline, call](int, Connection& connection) {
-      if (stream::Stream* stream = connection.stream()) stream->deliver_before_exit(deadline, call);
+    visit_connections([deadline, call](int fd, Connection& connection) {
+      stream::Stream* stream = connection.stream();
+      if (stream == nullptr || stream->deliver_before_exit(deadline, call)) return;
+      QPSOCK_LOG(warn, "fd %d: the process ends with written bytes its peer gave no room for: "
+                 "resetting the connection, so the peer sees a reset, not an end after a part", fd);
+      reset_when_closed(fd);
     });
     return;
   }
@@ -256,7 +272,8 @@ void connections_before_exit(stream::Stream::ExitCall call) {
   for (int fd = 0; fd <= highest_connection_fd(); ++fd) {
     ConnectionHold hold = hold_connection(fd);
     if (!hold) continue;
-    if (stream::Stream* stream = hold->stream()) stream->deliver_before_exit(deadline, call);
+    if (stream::Stream* stream = hold->stream(); stream && !stream->deliver_before_exit(deadline, call))
+      reset_when_closed(fd);
     alignas(ConnectionHold) unsigned char kept[sizeof(ConnectionHold)];
     ::new (kept) ConnectionHold(std::move(hold));  // never destroyed: the process is ending
   }
@@ -283,11 +300,10 @@ void connection_closing(int fd) {
     connection->control_fd_left(fd);
     return;
   }
-  if (connection->close_stream()) {
-    // Unread data: TCP answers close with a reset, and so do we.
-    const linger abortive{1, 0};
-    next::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
-  }
+  // Held bytes go on after the close, as from TCP's send buffer.
+  if (linger_after_close(connection, fd)) return;
+  // Unread data: TCP answers close with a reset, and so do we.
+  if (connection->close_stream()) reset_when_closed(fd);
 }
 
 }  // namespace qpsock::upgrade

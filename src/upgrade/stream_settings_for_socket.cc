@@ -37,10 +37,10 @@ uint64_t largest_tcp_send_buffer() {
   return largest;
 }
 
-// What all of a process's receive backlogs may hold: where the kernel puts
+// What all of a process's backlogs may hold: where the kernel puts
 // all of TCP under memory pressure (tcp_mem's second field, in pages), read
 // once; 1 GiB if it cannot be read.
-uint64_t receive_backlog_process_limit() {
+uint64_t backlog_process_limit() {
   static const uint64_t limit = [] {
     const uint64_t pressure = tcp_sysctl_field("tcp_mem", 1);
     const long page = sysconf(_SC_PAGESIZE);
@@ -61,6 +61,13 @@ uint64_t receive_backlog_limit(int tcp_fd) {
   return largest_tcp_send_buffer() + static_cast<uint64_t>(std::max(receive_buffer, 0));
 }
 
+// What TCP's send buffer would take before a writer waits: twice what the
+// application set with SO_SNDBUF (the kernel doubles it), or the most it
+// grows to by itself.
+uint64_t send_backlog_limit(uint32_t requested_send_buffer) {
+  return requested_send_buffer != 0 ? uint64_t{2} * requested_send_buffer : largest_tcp_send_buffer();
+}
+
 }  // namespace
 
 stream::StreamSettings stream_settings_for_socket(int tcp_fd) {
@@ -79,7 +86,8 @@ stream::StreamSettings stream_settings_for_socket(int tcp_fd) {
   settings.spin_time = tunables.spin_time;
   settings.spin_limit = tunables.spin_limit;
   settings.receive_backlog_limit = receive_backlog_limit(tcp_fd);
-  settings.receive_backlog_process_limit = receive_backlog_process_limit();
+  settings.send_backlog_limit = send_backlog_limit(requested.send);
+  settings.backlog_process_limit = backlog_process_limit();
   return settings;
 }
 

@@ -6,8 +6,10 @@
 # it works only if the connection's buffers hold a message, as TCP's do.
 # (backlog=128: socat's default listen backlog of 5 makes some of 50
 # simultaneous connects fail plainly.)
-# Under qpsock the writer's room is the peer's ring and then its receive
-# backlog (docs/stream-engine.md, "Room"). Every echo is compared by sha256;
+# Under qpsock a write the peer's ring has no room for goes into the
+# writer's send backlog at once, as into TCP's send buffer, and the reader's
+# engine holds more in its receive backlog (docs/stream-engine.md, "Room").
+# Every echo is compared by sha256;
 # a run that does not finish in 60 s hung.
 # usage: pipe_echo.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
 # PIPE_ECHO_RUNS (default 20) runs under qpsock, 3 plain.

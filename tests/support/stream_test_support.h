@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "stream/loopback_stream_pair.h"
 
 namespace qpsock::stream::testing {
@@ -88,6 +90,17 @@ inline ssize_t receive_bytes(Stream& stream, std::span<uint8_t> bytes, int flags
                              bool blocking = true) {
   const iovec vector = as_iovec(bytes);
   return stream.receive({&vector, 1}, flags, blocking);
+}
+
+// Writes non-blocking from `data` at `offset` until EAGAIN: the new offset.
+inline size_t write_until_full(Stream& stream, std::span<const uint8_t> data, size_t offset) {
+  for (;;) {
+    const ssize_t sent = send_bytes(stream, data.subspan(offset), 0, false);
+    if (sent == -EAGAIN) return offset;
+    EXPECT_GT(sent, 0);
+    if (sent <= 0) return offset;
+    offset += static_cast<size_t>(sent);
+  }
 }
 
 // Settings small enough that tests wrap rings and run out of credit quickly.

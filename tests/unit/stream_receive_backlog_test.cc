@@ -36,15 +36,8 @@ class StreamReceiveBacklogTest : public ::testing::Test {
   Stream& writer() { return *pair_.first; }
   Stream& reader() { return *pair_.second; }
 
-  // Writes non-blocking from `data` at `offset` until EAGAIN: the new offset.
   size_t write_until_full(std::span<const uint8_t> data, size_t offset) {
-    for (;;) {
-      const ssize_t sent = send_bytes(writer(), data.subspan(offset), 0, false);
-      if (sent == -EAGAIN) return offset;
-      EXPECT_GT(sent, 0);
-      if (sent <= 0) return offset;
-      offset += static_cast<size_t>(sent);
-    }
+    return testing::write_until_full(writer(), data, offset);
   }
 
   LoopbackStreamPair pair_;
@@ -140,7 +133,7 @@ TEST_F(StreamReceiveBacklogTest, BytesInTheBacklogAreNoEndOfStreamAndCountAsUnre
 TEST_F(StreamReceiveBacklogTest, TheProcessLimitBoundsEveryBacklogTogether) {
   StreamSettings settings = small_settings();
   settings.receive_backlog_limit = kBacklogLimit;
-  settings.receive_backlog_process_limit = 100 << 10;
+  settings.backlog_process_limit = 100 << 10;
   LoopbackStreamPair one, two;
   ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, one), 0);
   ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, two), 0);

@@ -213,9 +213,17 @@ int ShmTransport::poll(std::span<Completion> completions) {
 
 int ShmTransport::poll_for_exit(std::span<Completion> completions) {
   // Our posts completed when they were made: their completions wait here.
-  // The peer's arrivals are left alone (an overrun would break the link).
+  // Then the peer's arrivals (its credit lets held bytes go); a peer that
+  // overran its limit only ends the reaping (breaking the link is a state
+  // change).
   if (!in_owner_process()) return kForkedStatus;
-  return static_cast<int>(completions_.pop_into(completions));
+  size_t count = completions_.pop_into(completions);
+  while (count < completions.size()) {
+    uint32_t immediate;
+    if (inbox_.pop(immediate) <= 0) break;
+    completions[count++] = {CompletionKind::arrived, 0, 0, immediate};
+  }
+  return static_cast<int>(count);
 }
 
 bool ShmTransport::link_up_for_exit() const {

@@ -1,0 +1,181 @@
+// Lingering closes: a closed socket's held bytes go on to the peer, then its
+// end of stream and FIN, from the timer thread (tcp_close's orphan socket).
+#include "upgrade/lingering_close.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "common/kept_fd.h"
+#include "common/log.h"
+#include "libc/next_symbols.h"
+#include "upgrade/connection.h"
+#include "upgrade/connection_timers.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Lingering {
+  std::shared_ptr<Connection> connection;
+  int copy;                  // our duplicate of the socket
+  uint64_t held;             // bytes held at the last step
+  Clock::time_point give_up; // kLingerPatience after the last progress
+};
+
+std::mutex lingering_mutex;
+std::atomic<uint32_t> lingering_count{0};  // the list's size
+std::vector<Lingering>& lingering() {
+  static auto* list = new std::vector<Lingering>();  // never destroyed: exit handlers use it
+  return *list;
+}
+
+void close_copy(int copy, bool reset) {
+  if (reset) {
+    const linger abortive{1, 0};
+    next::setsockopt(copy, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+  }
+  // The stream keeps the number (its control channel): fence it first.
+  fence_fd_close(copy);
+  next::close(copy);
+}
+
+// With lingering_mutex held: `connection`'s entry, or null.
+Lingering* find_entry(const Connection* connection) {
+  auto& list = lingering();
+  const auto it = std::find_if(list.begin(), list.end(),
+                               [&](const Lingering& entry) { return entry.connection.get() == connection; });
+  return it == list.end() ? nullptr : &*it;
+}
+
+// Ends `connection`'s lingering: closes (or resets) its duplicate and
+// forgets it. The entry stays listed while a step runs, so that the
+// process's exit sees every lingering stream.
+void finish(const Connection* connection, bool reset) {
+  std::lock_guard lock(lingering_mutex);
+  auto& list = lingering();
+  const auto it = std::find_if(list.begin(), list.end(),
+                               [&](const Lingering& entry) { return entry.connection.get() == connection; });
+  if (it == list.end()) return;
+  close_copy(it->copy, reset);
+  list.erase(it);
+  lingering_count.fetch_sub(1, std::memory_order_release);
+}
+
+// With lingering_mutex held.
+void add_entry(Lingering entry) {
+  lingering().push_back(std::move(entry));
+  lingering_count.fetch_add(1, std::memory_order_release);
+}
+
+}  // namespace
+
+bool any_lingering() { return lingering_count.load(std::memory_order_acquire) != 0; }
+
+bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd) {
+  stream::Stream* stream = connection->stream();
+  if (stream == nullptr) return false;
+  const uint64_t held = stream->send_backlog_bytes();
+  // Unread data: TCP resets, and sends nothing more (close_stream does that).
+  if (held == 0 || stream->readable_bytes() > 0) return false;
+  // Not below fd: the numbers the application gets next stay as they were.
+  const int copy = next::fcntl(fd, F_DUPFD_CLOEXEC, fd);
+  if (copy < 0) return false;  // no descriptor to spare: close waits, as before
+  // Its end of stream follows the held bytes; the FIN waits for the copy's close.
+  stream->shutdown_write();
+  stream->move_control_channel(keep_fd(copy));
+  {
+    std::lock_guard lock(lingering_mutex);
+    add_entry({connection, copy, held, Clock::now() + kLingerPatience});
+  }
+  QPSOCK_LOG(debug, "fd %d: closed with %llu written bytes held: they go on to the peer, then the "
+             "end of stream and the FIN", fd, static_cast<unsigned long long>(held));
+  run_later(ConnectionTimer::linger, connection, std::chrono::milliseconds(0));
+  return true;
+}
+
+void continue_lingering(const std::shared_ptr<Connection>& connection) {
+  stream::Stream* stream = connection->stream();
+  {
+    std::lock_guard lock(lingering_mutex);
+    if (find_entry(connection.get()) == nullptr) return;
+  }
+  if (stream == nullptr) {
+    finish(connection.get(), true);
+    return;
+  }
+  const auto again = stream->ask_peer_for_room();  // pushes what the peer has room for
+  const uint64_t held = stream->send_backlog_bytes();
+  if (held == 0) {
+    const stream::CloseResult closed = stream->close();
+    finish(connection.get(), closed.lost_bytes > 0 || closed.unread_bytes > 0);
+    return;
+  }
+  const auto now = Clock::now();
+  bool given_up = stream->broken();
+  {
+    std::lock_guard lock(lingering_mutex);
+    Lingering* entry = find_entry(connection.get());
+    if (entry == nullptr) return;
+    if (held < entry->held) entry->give_up = now + kLingerPatience;
+    entry->held = held;
+    given_up = given_up || now >= entry->give_up;
+  }
+  if (given_up) {
+    QPSOCK_LOG(warn, "a closed connection's last %llu written bytes could not go (%s): resetting "
+               "it, so the peer sees a reset, not an end after a part",
+               static_cast<unsigned long long>(held),
+               stream->broken() ? "the connection broke" : "the peer gave no room for a minute");
+    stream->abort();
+    finish(connection.get(), true);
+    return;
+  }
+  run_later(ConnectionTimer::linger, connection, again.value_or(stream->room_patience()));
+}
+
+void lingering_before_exit(std::chrono::steady_clock::time_point deadline,
+                           stream::Stream::ExitCall call) {
+  auto deliver = [&](const Lingering& entry) {
+    stream::Stream* stream = entry.connection->stream();
+    if (stream == nullptr || stream->deliver_before_exit(deadline, call)) return;
+    const linger abortive{1, 0};
+    next::setsockopt(entry.copy, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+  };
+  if (call == stream::Stream::ExitCall::exit) {
+    // Delivered outside the lock: the timer's steps go on meanwhile.
+    std::vector<Lingering> entries;
+    {
+      std::lock_guard lock(lingering_mutex);
+      entries = lingering();
+    }
+    for (const Lingering& entry : entries) deliver(entry);
+    return;
+  }
+  // _exit, perhaps in a signal handler that interrupted a moment under the
+  // lock: only tried, and nothing allocated.
+  std::unique_lock lock(lingering_mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  for (const Lingering& entry : lingering()) deliver(entry);
+}
+
+void lingering_after_fork_in_child() {
+  // A thread of the parent's may have held it at the fork: then the child
+  // keeps its copies (the parent's FIN waits for the child's end).
+  std::unique_lock lock(lingering_mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  for (Lingering& entry : lingering()) {
+    entry.connection->abandon_inherited_stream();
+    fence_fd_close(entry.copy);
+    next::close(entry.copy);
+  }
+  lingering().clear();
+  lingering_count.store(0, std::memory_order_release);
+}
+
+}  // namespace qpsock::upgrade

@@ -1,0 +1,38 @@
+// A socket the application closed while its stream still holds written
+// bytes in its send backlog: as TCP's close returns at once and the kernel
+// goes on sending what its send buffer holds, then the FIN (an orphaned
+// socket, tcp_close), the connection lingers here. A private duplicate of
+// the socket keeps the TCP connection open; the timer thread pushes the
+// held bytes as the peer gives room, then closes the stream (its end of
+// stream) and the duplicate (the FIN). A peer that gives no room for
+// kLingerPatience gets a reset, never an orderly end after a part.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "stream/stream.h"
+
+namespace qpsock::upgrade {
+
+class Connection;
+
+inline constexpr std::chrono::seconds kLingerPatience{60};
+
+// The application is closing `fd`, the last number of `connection`'s
+// socket. True if the connection now lingers (its stream holds bytes, and
+// a duplicate could be made); false: close it now, as before.
+bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd);
+// Whether any connection lingers (cheap: an atomic load).
+bool any_lingering();
+// The timer's step (ConnectionTimer::linger).
+void continue_lingering(const std::shared_ptr<Connection>& connection);
+// The process ends: each lingering stream delivers what it can in the
+// time given (Stream::deliver_before_exit); one that cannot is reset.
+void lingering_before_exit(std::chrono::steady_clock::time_point deadline,
+                           stream::Stream::ExitCall call);
+// A forked child does not send its parent's lingering bytes: it lets go of
+// its copies of the duplicates (the parent's stay open).
+void lingering_after_fork_in_child();
+
+}  // namespace qpsock::upgrade
