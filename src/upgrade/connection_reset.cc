@@ -21,4 +21,9 @@ void reset_upgraded_connection(int fd, Connection& connection) {
   if (stream::Stream* stream = connection.stream()) stream->abort();
 }
 
+void reset_when_closed(int fd) {
+  const linger abortive{1, 0};
+  next::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+}
+
 }  // namespace qpsock::upgrade

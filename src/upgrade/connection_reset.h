@@ -14,4 +14,8 @@ namespace qpsock::upgrade {
 // under a use (common/kept_fd.h): another thread may have closed it.
 void reset_upgraded_connection(int fd, Connection& connection);
 
+// The kernel ends the TCP connection with a reset when `fd` (its last
+// number, or the process) closes: SO_LINGER with no time. Signal-safe.
+void reset_when_closed(int fd);
+
 }  // namespace qpsock::upgrade

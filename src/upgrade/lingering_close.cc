@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "libc/next_symbols.h"
 #include "upgrade/connection.h"
+#include "upgrade/connection_reset.h"
 #include "upgrade/connection_timers.h"
 
 namespace qpsock::upgrade {
@@ -37,10 +38,7 @@ std::vector<Lingering>& lingering() {
 }
 
 void close_copy(int copy, bool reset) {
-  if (reset) {
-    const linger abortive{1, 0};
-    next::setsockopt(copy, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
-  }
+  if (reset) reset_when_closed(copy);
   // The stream keeps the number (its control channel): fence it first.
   fence_fd_close(copy);
   next::close(copy);
@@ -59,12 +57,10 @@ Lingering* find_entry(const Connection* connection) {
 // process's exit sees every lingering stream.
 void finish(const Connection* connection, bool reset) {
   std::lock_guard lock(lingering_mutex);
-  auto& list = lingering();
-  const auto it = std::find_if(list.begin(), list.end(),
-                               [&](const Lingering& entry) { return entry.connection.get() == connection; });
-  if (it == list.end()) return;
-  close_copy(it->copy, reset);
-  list.erase(it);
+  Lingering* entry = find_entry(connection);
+  if (entry == nullptr) return;
+  close_copy(entry->copy, reset);
+  lingering().erase(lingering().begin() + (entry - lingering().data()));
   lingering_count.fetch_sub(1, std::memory_order_release);
 }
 
@@ -144,8 +140,7 @@ void lingering_before_exit(std::chrono::steady_clock::time_point deadline,
   auto deliver = [&](const Lingering& entry) {
     stream::Stream* stream = entry.connection->stream();
     if (stream == nullptr || stream->deliver_before_exit(deadline, call)) return;
-    const linger abortive{1, 0};
-    next::setsockopt(entry.copy, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+    reset_when_closed(entry.copy);
   };
   if (call == stream::Stream::ExitCall::exit) {
     // Delivered outside the lock: the timer's steps go on meanwhile.

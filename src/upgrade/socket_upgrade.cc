@@ -85,13 +85,6 @@ void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
   begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
 }
 
-// The kernel ends the TCP connection with a reset when `fd` (its last
-// number, or the process) closes: SO_LINGER with no time.
-void reset_when_closed(int fd) {
-  const linger abortive{1, 0};
-  next::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
-}
-
 }  // namespace
 
 void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length) {
