@@ -36,10 +36,9 @@ void install_handle(int fd, stats::Handle handle) {
 
 }  // namespace
 
-void record_connection(int fd, config::Role role, const config::Decision& decision) {
+void record_connection(int fd, config::Role role, const config::Decision& decision,
+                       const ConnectionEndpoints& endpoints) {
   ErrnoGuard errno_guard;
-  ConnectionEndpoints endpoints;
-  read_connection_endpoints(fd, nullptr, endpoints);
   char decision_text[sizeof(stats::format::Slot::decision)];
   describe_decision(decision, decision_text, sizeof(decision_text));
   const bool offload = decision.action == config::Action::offload;

@@ -16,14 +16,16 @@
 #include <cstdint>
 
 #include "config/config.h"
+#include "sockets/connection_policy.h"
 #include "sockets/fd_table.h"
 #include "stats/connection_stats.h"
 
 namespace qpsock::sockets {
 
 // connect (succeeded or in progress) or accept established a tracked
-// connection, and the configuration decided `decision` for it.
-void record_connection(int fd, config::Role role, const config::Decision& decision);
+// connection between `endpoints`, and the configuration decided `decision` for it.
+void record_connection(int fd, config::Role role, const config::Decision& decision,
+                       const ConnectionEndpoints& endpoints);
 // dup, dup2, dup3, F_DUPFD: destination now refers to source's connection.
 void record_fd_copy(int source, int destination);
 // close(fd), before the kernel's.

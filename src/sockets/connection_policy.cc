@@ -51,10 +51,8 @@ void read_connection_endpoints(int fd, const sockaddr* peer, ConnectionEndpoints
   }
 }
 
-config::Decision decide_for_connection(int fd, config::Role role, const sockaddr* peer) {
+config::Decision decide_for_connection(int fd, config::Role role, const ConnectionEndpoints& endpoints) {
   ErrnoGuard errno_guard;
-  ConnectionEndpoints endpoints;
-  read_connection_endpoints(fd, peer, endpoints);
   const sockaddr_storage& local = endpoints.local;
   const sockaddr_storage& remote = endpoints.peer;
   config::Decision decision = config::process_config().decide(

@@ -17,10 +17,10 @@ struct ConnectionEndpoints {
 // else asked of the kernel). Leaves errno as it was.
 void read_connection_endpoints(int fd, const sockaddr* peer, ConnectionEndpoints& endpoints);
 
-// Decides for a connection on `fd` (the peer address may be null: it is then
-// asked of the kernel) and logs the decision at info level. Loads the
+// Decides for a connection on `fd` whose endpoints are `endpoints`
+// (read_connection_endpoints) and logs the decision at info level. Loads the
 // configuration on first use, which reports any bad config line once. Leaves
 // errno as it was.
-config::Decision decide_for_connection(int fd, config::Role role, const sockaddr* peer = nullptr);
+config::Decision decide_for_connection(int fd, config::Role role, const ConnectionEndpoints& endpoints);
 
 }  // namespace qpsock::sockets

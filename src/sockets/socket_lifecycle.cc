@@ -34,9 +34,11 @@ int record_accepted(int listener_fd, int accepted) {
     if (listener.tracked()) {
       table().track_new(accepted, listener.kind, listener.family);
       table().inherit_buffer_sizes(listener_fd, accepted);
-      const config::Decision decision = decide_for_connection(accepted, config::Role::server);
+      ConnectionEndpoints endpoints;
+      read_connection_endpoints(accepted, nullptr, endpoints);
+      const config::Decision decision = decide_for_connection(accepted, config::Role::server, endpoints);
       if (decision.action == config::Action::offload) upgrade::offer_server_upgrade(accepted);
-      record_connection(accepted, config::Role::server, decision);
+      record_connection(accepted, config::Role::server, decision, endpoints);
     } else {
       table().forget(accepted);
     }
@@ -123,7 +125,9 @@ int connect(int fd, const sockaddr* address, socklen_t length) {
   config::Decision decision{config::Action::kernel, {}};
   if (address != nullptr && (address->sa_family == AF_INET || address->sa_family == AF_INET6) &&
       table().lookup(fd).tracked() && upgrade::find_connection(fd) == nullptr) {
-    decision = decide_for_connection(fd, config::Role::client, address);
+    ConnectionEndpoints endpoints;
+    read_connection_endpoints(fd, address, endpoints);
+    decision = decide_for_connection(fd, config::Role::client, endpoints);
     decided = true;
     if (decision.action == config::Action::offload) {
       upgrade::offer_client_upgrade(fd, address, length);
@@ -133,7 +137,12 @@ int connect(int fd, const sockaddr* address, socklen_t length) {
   int result = next::connect(fd, address, length);
   const bool established = result == 0 || errno == EINPROGRESS;
   if (offered && !established) upgrade::withdraw_upgrade(fd);
-  if (decided && established) record_connection(fd, config::Role::client, decision);
+  if (decided && established) {
+    // The local address as connect bound it.
+    ConnectionEndpoints endpoints;
+    read_connection_endpoints(fd, address, endpoints);
+    record_connection(fd, config::Role::client, decision, endpoints);
+  }
   return result;
 }
 
