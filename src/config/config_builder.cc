@@ -100,25 +100,27 @@ void ConfigBuilder::check_eager_chunk_fits_ring() {
   tunables_.eager_chunk = chosen;
 }
 
-void ConfigBuilder::check_rdma_upgrade_delay_within_timeout() {
+void ConfigBuilder::check_upgrade_delay_within_timeout(const char* name,
+                                                      std::chrono::microseconds& delay) {
   // The client's offer lasts upgrade_timeout from its connect: a server that
   // waits as long finds it gone, and no connection would be upgraded.
-  if (tunables_.rdma_upgrade_delay < tunables_.upgrade_timeout) return;
-  const TunableDescription& delay = *find_tunable("rdma_upgrade_delay");
-  const TunableOrigin& origin = tunable_origins_[tunable_index(delay)];
+  if (delay < tunables_.upgrade_timeout) return;
+  const TunableDescription& description = *find_tunable(name);
+  const TunableOrigin& origin = tunable_origins_[tunable_index(description)];
   const auto chosen = tunables_.upgrade_timeout / 2;
   // The default delay only fails to fit a deliberately short timeout.
   if (!origin.origin.empty())
-    report(message_prefix(delay, origin) + ": " + format_duration(tunables_.rdma_upgrade_delay) +
+    report(message_prefix(description, origin) + ": " + format_duration(delay) +
            " is not shorter than upgrade_timeout " + format_duration(tunables_.upgrade_timeout) +
            ", whose end no upgrade would meet; " + format_duration(chosen) +
            " (half of upgrade_timeout) used");
-  tunables_.rdma_upgrade_delay = chosen;
+  delay = chosen;
 }
 
 ParseResult ConfigBuilder::finish() && {
   check_eager_chunk_fits_ring();
-  check_rdma_upgrade_delay_within_timeout();
+  check_upgrade_delay_within_timeout("rdma_upgrade_delay", tunables_.rdma_upgrade_delay);
+  check_upgrade_delay_within_timeout("shm_upgrade_delay", tunables_.shm_upgrade_delay);
   config_.set_tunables(tunables_);
   switch (source_) {
     case Source::built_in:

@@ -55,7 +55,9 @@ class ConfigBuilder {
   void set_tunable(const TunableDescription& tunable, std::string_view value,
                    TunableOrigin origin);
   void check_eager_chunk_fits_ring();
-  void check_rdma_upgrade_delay_within_timeout();
+  // A server delay (`name`, the tunable `delay`) no shorter than
+  // upgrade_timeout is reported if the user set it, and halved.
+  void check_upgrade_delay_within_timeout(const char* name, std::chrono::microseconds& delay);
 
   Config config_;
   Tunables tunables_;

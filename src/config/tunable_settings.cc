@@ -107,6 +107,11 @@ std::string assign_rdma_upgrade_delay(std::string_view text, Tunables& tunables)
                          [&](microseconds duration) { tunables.rdma_upgrade_delay = duration; });
 }
 
+std::string assign_shm_upgrade_delay(std::string_view text, Tunables& tunables) {
+  return assign_duration(text, microseconds{0}, limits::kLongestShmUpgradeDelay,
+                         [&](microseconds duration) { tunables.shm_upgrade_delay = duration; });
+}
+
 std::string assign_same_host(std::string_view text, Tunables& tunables) {
   constexpr SameHost kChoices[] = {SameHost::shm, SameHost::rdma, SameHost::kernel};
   for (SameHost choice : kChoices) {
@@ -139,6 +144,8 @@ constexpr std::array<TunableDescription, kTunableCount> kTunables = {{
      [](const Tunables& tunables) { return format_duration(tunables.upgrade_timeout); }},
     {"rdma_upgrade_delay", "QPSOCK_RDMA_UPGRADE_DELAY", assign_rdma_upgrade_delay,
      [](const Tunables& tunables) { return format_duration(tunables.rdma_upgrade_delay); }},
+    {"shm_upgrade_delay", "QPSOCK_SHM_UPGRADE_DELAY", assign_shm_upgrade_delay,
+     [](const Tunables& tunables) { return format_duration(tunables.shm_upgrade_delay); }},
     {"same_host", "QPSOCK_SAME_HOST", assign_same_host,
      [](const Tunables& tunables) -> std::string { return same_host_name(tunables.same_host); }},
 }};

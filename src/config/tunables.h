@@ -28,6 +28,7 @@ inline constexpr std::chrono::microseconds kLongestRendezvousPatience = std::chr
 inline constexpr std::chrono::microseconds kShortestUpgradeTimeout = std::chrono::milliseconds{10};
 inline constexpr std::chrono::microseconds kLongestUpgradeTimeout = std::chrono::seconds{60};
 inline constexpr std::chrono::microseconds kLongestRdmaUpgradeDelay = std::chrono::seconds{10};
+inline constexpr std::chrono::microseconds kLongestShmUpgradeDelay = std::chrono::seconds{10};
 }  // namespace limits
 
 struct Tunables {
@@ -55,6 +56,11 @@ struct Tunables {
   // upgrade: a connection closed before then never costs an rdma_cm connect
   // (a plain client's reject, or a queue pair set up to be torn down).
   std::chrono::microseconds rdma_upgrade_delay = std::chrono::milliseconds{200};
+  // The same on one host: a short connection (an HTTP request, a forked
+  // database backend's transaction) never pays for a side channel, a shared
+  // ring and its wakeups that it could not repay. 0: the server meets its
+  // client at its first I/O, in the application's thread.
+  std::chrono::microseconds shm_upgrade_delay{0};
   SameHost same_host = SameHost::shm;
 
   bool operator==(const Tunables&) const = default;

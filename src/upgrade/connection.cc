@@ -19,7 +19,7 @@
 
 namespace qpsock::upgrade {
 
-Connection::Connection(config::Role role) : role_(role) { fill_random_token(expected_token_); }
+Connection::Connection(config::Role role) : role_(role) {}
 
 Connection::~Connection() = default;
 
@@ -27,8 +27,12 @@ bool Connection::begin_negotiation() {
   UpgradePhase expected = UpgradePhase::offered;
   // Sequentially consistent, as the fork counts are: a fork counted after
   // forked_since_claimed looked copies a phase that is no longer offered.
-  return phase_.compare_exchange_strong(expected, UpgradePhase::negotiating,
-                                        std::memory_order_seq_cst);
+  if (!phase_.compare_exchange_strong(expected, UpgradePhase::negotiating, std::memory_order_seq_cst))
+    return false;
+  // Only now: a connection that never negotiates costs no getrandom. The
+  // readers of the token come after the install, which publishes it.
+  fill_random_token(expected_token_);
+  return true;
 }
 
 bool Connection::claim_server_attempt() {
@@ -458,6 +462,19 @@ bool Connection::close_stream() {
     return true;
   }
   return application_bytes_possible && result.unread_bytes > 0;
+}
+
+void Connection::take_own_bytes_before_close(int fd) {
+  if (stream() == nullptr) return;
+  if (!receiving_switched()) {
+    std::lock_guard lock(receive_mutex_);
+    learn_switch_point_locked();
+    // The token follows the application's last TCP byte: only once all of
+    // those were read is it next.
+    if (switch_point_ < 0 || tcp_received_ != static_cast<uint64_t>(switch_point_)) return;
+    if (take_token_locked(fd) <= 0) return;
+  }
+  stream::take_doorbells(keep_fd(fd));
 }
 
 }  // namespace qpsock::upgrade

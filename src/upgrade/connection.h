@@ -79,6 +79,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // connect or accept has succeeded, which may be after the upgrade ended):
   // the Connection keeps its path and counts the bytes it moves on each.
   void attach_statistics(stats::Handle handle);
+  // Drawn by begin_negotiation.
   const BindingToken& expected_token() const { return expected_token_; }
   // Installs the stream (the shm handshake's last step before "ready"): the
   // peer's token came over the side channel, and "ready" will say when the
@@ -125,6 +126,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The last fd of this process on the socket is closing: flush and end the
   // stream; true when the application left data unread (close resets then).
   bool close_stream();
+  // Just before the kernel closes the socket at `fd` (the last number of it
+  // anywhere): qpsock's own bytes waiting in it (the peer's binding token
+  // right after the last application byte, doorbells) are read, so that the
+  // close sends TCP's FIN, not the reset that unread bytes cause. Bytes of
+  // the application's still unread are left: TCP resets for those.
+  void take_own_bytes_before_close(int fd);
 
   // In a forked child, on its copy of a connection the parent had upgraded:
   // the stream's queue pair, registrations and rings belong to the parent

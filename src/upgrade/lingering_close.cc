@@ -109,6 +109,13 @@ void continue_lingering(const std::shared_ptr<Connection>& connection) {
   const auto again = stream->ask_peer_for_room();  // pushes what the peer has room for
   const uint64_t held = stream->send_backlog_bytes();
   if (held == 0) {
+    int copy = -1;
+    {
+      std::lock_guard lock(lingering_mutex);
+      if (const Lingering* entry = find_entry(connection.get())) copy = entry->copy;
+    }
+    // Only this thread closes the copy (finish, below).
+    if (copy >= 0) connection->take_own_bytes_before_close(copy);
     const stream::CloseResult closed = stream->close();
     finish(connection.get(), closed.lost_bytes > 0 || closed.unread_bytes > 0);
     return;

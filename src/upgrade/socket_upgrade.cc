@@ -3,6 +3,7 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <new>
 
@@ -12,13 +13,14 @@
 #include "libc/next_symbols.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/connection_reset.h"
-#include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
 #include "upgrade/io_uring_detector.h"
 #include "upgrade/lingering_close.h"
+#include "upgrade/same_host_upgrade.h"
 #include "upgrade/side_channel.h"
 #include "upgrade/socket_identity.h"
 #include "upgrade/upgrade_agent.h"
+#include "upgrade/upgrade_worker.h"
 #include "upgrade/verbs_addresses.h"
 #include "upgrade/verbs_upgrade.h"
 
@@ -33,24 +35,17 @@ Deadline upgrade_deadline() {
 
 config::SameHost same_host_path() { return config::process_config().tunables().same_host; }
 
-// The same-host path: connect to the client's AF_UNIX listener and run the
-// handshake in this thread.
-void try_same_host_upgrade(int fd, Connection& connection, uint64_t client_inode) {
-  const int side_fd = connect_for_upgrade(client_inode);
-  if (side_fd < 0) {
-    QPSOCK_LOG(info, "fd %d: the peer offers no upgrade (%d); stays on TCP", fd, side_fd);
-    connection.decline("the peer offers no upgrade (no qpsock, or it declined)");
-    return;
-  }
-  // The application's own call on fd: the number is the socket now.
-  const int result = run_handshake(connection, keep_fd(fd), side_fd, client_inode, upgrade_deadline());
-  next::close(side_fd);
-  if (result < 0) {
-    QPSOCK_LOG(info, "fd %d: upgrade declined (%d); stays on TCP", fd, result);
-    connection.decline("the upgrade handshake failed");
-    return;
-  }
-  QPSOCK_LOG(info, "fd %d: upgraded to shared memory", fd);
+using Clock = std::chrono::steady_clock;
+
+Clock::duration shm_upgrade_delay() {
+  return std::chrono::duration_cast<Clock::duration>(
+      config::process_config().tunables().shm_upgrade_delay);
+}
+
+// Whether the server looks for its client in the worker once
+// shm_upgrade_delay is over, rather than at its first I/O in its own thread.
+bool locates_client_later() {
+  return same_host_path() != config::SameHost::rdma && shm_upgrade_delay() != Clock::duration::zero();
 }
 
 // Whether a server's client is met on this host (its socket's inode in
@@ -60,9 +55,67 @@ bool met_on_this_host(int fd, uint64_t& client_inode) {
   return same_host_path() != config::SameHost::rdma && find_peer_socket_inode(fd, client_inode) == 0;
 }
 
-// The server's side, at its first I/O in this process: a client on this
-// host is met over AF_UNIX (unless same_host says otherwise), any other over
-// rdma_cm, from the upgrade worker.
+void decline_same_host_off(int fd, Connection& connection) {
+  QPSOCK_LOG(info, "fd %d: same-host upgrades are off; stays on TCP", fd);
+  connection.decline("same-host upgrades are off (same_host = kernel)");
+}
+
+// The server's look for its client, in the upgrade worker shm_upgrade_delay
+// after the claim (a connection closed sooner never got here): one on this
+// host is met over AF_UNIX now, any other over rdma_cm rdma_upgrade_delay
+// after the claim.
+void locate_client_in_worker(int fd, uint64_t socket_inode, const std::weak_ptr<Connection>& weak,
+                             Clock::time_point claimed_at, Deadline deadline) {
+  std::shared_ptr<Connection> connection = weak.lock();
+  if (connection == nullptr || connection->phase() != UpgradePhase::offered) return;
+  uint64_t client_inode = 0;
+  bool on_this_host = false;
+  sockaddr_storage local{}, peer{};
+  KeptFd tcp;
+  // Under a use of the socket's current number (the application may have renumbered it).
+  const int result = read_socket(*connection, fd, socket_inode, [&](int kept) {
+    on_this_host = met_on_this_host(kept, client_inode);
+    return on_this_host ? 0 : server_meeting_addresses(kept, local, peer);
+  }, tcp);
+  if (result < 0) {
+    connection->decline(result == -ENOTCONN ? "the socket was closed before its upgrade"
+                                            : "the socket's addresses could not be read");
+    return;
+  }
+  if (!on_this_host) {
+    queue_server_verbs_upgrade(tcp.fd, socket_inode, local, peer, connection, deadline,
+                               claimed_at + rdma_upgrade_delay());
+    return;
+  }
+  if (same_host_path() == config::SameHost::kernel) {
+    decline_same_host_off(tcp.fd, *connection);
+    return;
+  }
+  attempt_same_host_upgrade_in_worker(*connection, tcp, socket_inode, client_inode, deadline);
+}
+
+// The server's side, once this process has claimed the attempt (its first
+// I/O, or an epoll set it joined): the client is looked for in the worker.
+void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
+  uint64_t inode = 0;
+  if (socket_inode_of_fd(fd, inode) < 0) {
+    connection->decline("the socket's identity could not be read");
+    return;
+  }
+  const Clock::time_point claimed_at = Clock::now();
+  const Deadline deadline = upgrade_deadline();
+  std::weak_ptr<Connection> weak = connection;
+  WorkerJob job;
+  job.run = [fd, inode, weak, claimed_at, deadline] {
+    locate_client_in_worker(fd, inode, weak, claimed_at, deadline);
+  };
+  job.not_before = claimed_at + std::min(shm_upgrade_delay(), rdma_upgrade_delay());
+  job.owner = weak;
+  job.waits_on_fabric = false;
+  if (!run_in_upgrade_worker(std::move(job))) connection->decline("the upgrade worker could not start");
+}
+
+// The server's side, at its first I/O in this process.
 void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
   // Checked here, in the process that does the I/O (a forked child may differ).
   if (process_uses_io_uring()) {
@@ -70,15 +123,16 @@ void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
     connection->decline("the process uses io_uring");
     return;
   }
+  if (locates_client_later()) {
+    begin_server_upgrade(fd, connection);
+    return;
+  }
   uint64_t client_inode = 0;
   if (met_on_this_host(fd, client_inode)) {
-    if (same_host_path() == config::SameHost::kernel) {
-      QPSOCK_LOG(info, "fd %d: same-host upgrades are off; stays on TCP", fd);
-      connection->decline("same-host upgrades are off (same_host = kernel)");
-      return;
-    }
-    if (connection->begin_negotiation() && !declined_for_a_fork_since_claimed(*connection, fd))
-      try_same_host_upgrade(fd, *connection, client_inode);
+    if (same_host_path() == config::SameHost::kernel)
+      decline_same_host_off(fd, *connection);
+    else
+      attempt_same_host_upgrade_now(fd, *connection, client_inode, upgrade_deadline());
     return;
   }
   // Begins in the worker, rdma_upgrade_delay from now.
@@ -112,11 +166,10 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
   }
   ClientListeners listeners;
   if (on_this_host && same_host == config::SameHost::shm) {
-    listeners.same_host_fd = listen_for_upgrade(inode);
-    if (listeners.same_host_fd < 0) {
-      QPSOCK_LOG(info, "fd %d: no side-channel listener (%d); stays on TCP", fd,
-                 listeners.same_host_fd);
-      connection->decline("no side-channel listener");
+    const char* reason = nullptr;
+    if (const int error = prepare_same_host_offer(inode, listeners, reason); error < 0) {
+      QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", fd, reason, error);
+      connection->decline(reason);
       return;
     }
   } else {
@@ -158,9 +211,14 @@ void begin_server_upgrade_when_watched(int fd) {
     return;
   ErrnoGuard errno_guard;
   uint64_t client_inode = 0;
-  if (met_on_this_host(fd, client_inode)) return;  // at the first I/O
-  if (process_uses_io_uring()) return;             // declined, with its line, at the first I/O
-  if (connection->claim_server_attempt()) begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
+  // A client on this host is met at the first I/O, in the application's thread.
+  if (!locates_client_later() && met_on_this_host(fd, client_inode)) return;
+  if (process_uses_io_uring()) return;  // declined, with its line, at the first I/O
+  if (!connection->claim_server_attempt()) return;
+  if (locates_client_later())
+    begin_server_upgrade(fd, connection);
+  else
+    begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
 }
 
 ConnectionHold connection_for_io(int fd) {
@@ -295,6 +353,7 @@ void connection_closing(int fd) {
   }
   // Held bytes go on after the close, as from TCP's send buffer.
   if (linger_after_close(connection, fd)) return;
+  connection->take_own_bytes_before_close(fd);
   // Unread data: TCP answers close with a reset, and so do we.
   if (connection->close_stream()) reset_when_closed(fd);
 }

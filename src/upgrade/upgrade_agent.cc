@@ -108,8 +108,8 @@ void UpgradeAgent::offer(Offer offer) {
   offer.id = next_id_++;
   // A planned listener is opened later by the agent, which may be asleep
   // for longer than the plan allows.
-  if (offer.listeners.planned_rdma && offer.listeners.planned_rdma->listen_at < wakes_by_) {
-    wakes_by_ = offer.listeners.planned_rdma->listen_at;
+  if (const auto planned = offer.listeners.next_planned(); planned && *planned < wakes_by_) {
+    wakes_by_ = *planned;
     wakeup_.signal();
   }
   const bool watched =
@@ -170,7 +170,7 @@ void UpgradeAgent::expire_locked(std::vector<Offer>& expired) {
 void UpgradeAgent::take_planned_locked(std::vector<Offer>& due) {
   const auto soon = std::chrono::steady_clock::now() + kEarlyBy;
   for (size_t index = 0; index < offers_.size();) {
-    if (offers_[index].listeners.planned_rdma && offers_[index].listeners.planned_rdma->listen_at <= soon) {
+    if (const auto planned = offers_[index].listeners.next_planned(); planned && *planned <= soon) {
       due.push_back(std::move(offers_[index]));
       offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(index));
     } else {
@@ -194,17 +194,27 @@ void UpgradeAgent::open_planned_listener(Offer offer) {
     close_offer(offer, "closed before its upgrade");
     return;
   }
-  const RdmaListenerPlan plan = *offer.listeners.planned_rdma;
-  offer.listeners.planned_rdma.reset();
   const char* reason = nullptr;
-  if (const int error = open_verbs_listener(offer.tcp_fd, plan, offer.listeners.rdma, reason);
-      error < 0) {
+  int error = 0;
+  if (offer.listeners.planned_same_host) {
+    offer.listeners.planned_same_host.reset();
+    offer.listeners.same_host_fd = listen_for_upgrade(offer.tcp_socket_inode);
+    if ((error = offer.listeners.same_host_fd) < 0) reason = "no side-channel listener";
+  } else {
+    const RdmaListenerPlan plan = *offer.listeners.planned_rdma;
+    offer.listeners.planned_rdma.reset();
+    error = open_verbs_listener(offer.tcp_fd, plan, offer.listeners.rdma, reason);
+  }
+  if (error < 0) {
     QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", offer.tcp_fd, reason, error);
     close_offer(offer, reason);
     return;
   }
   std::unique_lock lock(mutex_);
-  if (!watch_locked(offer.listeners.rdma->event_fd(), offer.id | kRdmaListener)) {
+  const bool watched = offer.listeners.same_host_fd >= 0
+                           ? watch_locked(offer.listeners.same_host_fd, offer.id)
+                           : watch_locked(offer.listeners.rdma->event_fd(), offer.id | kRdmaListener);
+  if (!watched) {
     lock.unlock();
     close_offer(offer, "the upgrade agent could not watch the side channel");
     return;
@@ -216,7 +226,7 @@ int UpgradeAgent::sleep_ms_locked() {
   const auto now = std::chrono::steady_clock::now();
   auto wake_at = now + kLongestSleep;
   for (const Offer& offer : offers_)
-    if (offer.listeners.planned_rdma) wake_at = std::min(wake_at, offer.listeners.planned_rdma->listen_at);
+    if (const auto planned = offer.listeners.next_planned()) wake_at = std::min(wake_at, *planned);
   const auto sleep = std::chrono::ceil<std::chrono::milliseconds>(wake_at - now);
   wakes_by_ = now + sleep;
   return static_cast<int>(std::max<int64_t>(0, sleep.count()));
@@ -347,6 +357,12 @@ void UpgradeAgent::forget_after_fork() {
 }
 
 }  // namespace
+
+std::optional<std::chrono::steady_clock::time_point> ClientListeners::next_planned() const {
+  if (planned_same_host) return planned_same_host;
+  if (planned_rdma) return planned_rdma->listen_at;
+  return std::nullopt;
+}
 
 void offer_upgrade(ClientListeners listeners, int tcp_fd, uint64_t tcp_socket_inode,
                    std::weak_ptr<Connection> connection, Deadline deadline) {

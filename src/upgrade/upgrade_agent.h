@@ -28,13 +28,18 @@ struct RdmaListenerPlan {
 };
 
 // What a client connection offers a server: a same-host listener (an
-// AF_UNIX socket, side_channel.h), an rdma_cm listener (verbs_upgrade.h) or
-// the plan of one, or both; the first server to come takes the upgrade, and
-// both then close.
+// AF_UNIX socket, side_channel.h) or the time to open it (half of
+// shm_upgrade_delay after the connect, as for rdma_cm), an rdma_cm listener
+// (verbs_upgrade.h) or the plan of one, or both; the first server to come
+// takes the upgrade, and both then close.
 struct ClientListeners {
   int same_host_fd = -1;
+  std::optional<std::chrono::steady_clock::time_point> planned_same_host;
   std::unique_ptr<transport::verbs::VerbsListener> rdma;
   std::optional<RdmaListenerPlan> planned_rdma;
+
+  // When the first planned listener is due, if one is.
+  std::optional<std::chrono::steady_clock::time_point> next_planned() const;
 };
 
 // Hands the listeners (owned by the agent from now on) of client connection

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <deque>
 #include <mutex>
+#include <vector>
 
 #include "common/log.h"
 #include "libc/next_symbols.h"
@@ -23,14 +23,16 @@ using Clock = std::chrono::steady_clock;
 // each (their delays only bound how soon an attempt may begin).
 constexpr std::chrono::milliseconds kEarlyBy{10};
 
-struct Job {
-  Clock::time_point not_before;
-  std::function<void()> run;
+// jobs_ is a heap with the job due first at its front.
+struct DueLater {
+  bool operator()(const WorkerJob& left, const WorkerJob& right) const {
+    return left.not_before > right.not_before;
+  }
 };
 
 class UpgradeWorker : public HelperLock {
  public:
-  bool queue(Job job);
+  bool queue(WorkerJob job);
   void run();
   // fork: the child has no worker thread; the jobs queued for it go.
   void forget_after_fork();
@@ -38,7 +40,7 @@ class UpgradeWorker : public HelperLock {
  private:
   bool start_locked();
 
-  std::deque<Job> jobs_;
+  std::vector<WorkerJob> jobs_;
   HelperWakeup wakeup_;
   // When the worker's sleep ends at the latest (max: it sleeps until
   // signalled): a job due no sooner need not wake it.
@@ -48,7 +50,7 @@ class UpgradeWorker : public HelperLock {
 
 UpgradeWorker& worker() { return fork_aware_instance<UpgradeWorker>(); }
 
-bool UpgradeWorker::queue(Job job) {
+bool UpgradeWorker::queue(WorkerJob job) {
   // Not under the lock: the counts' first use registers fork handlers, and
   // a fork under way holds fork's lock while it waits for ours.
   prepare_attempt_threads();
@@ -59,6 +61,7 @@ bool UpgradeWorker::queue(Job job) {
     wakeup_.signal();
   }
   jobs_.push_back(std::move(job));
+  std::push_heap(jobs_.begin(), jobs_.end(), DueLater{});
   return true;
 }
 
@@ -76,38 +79,31 @@ bool UpgradeWorker::start_locked() {
 
 void UpgradeWorker::run() {
   for (;;) {
-    std::function<void()> job;
+    WorkerJob job;
     int sleep_ms = -1;
     {
       std::lock_guard lock(mutex_);
-      // The first job due; the jobs are few (the connections of the last
-      // rdma_upgrade_delay and those being connected).
       const auto now = Clock::now();
-      auto due = jobs_.end();
-      Clock::time_point earliest = Clock::time_point::max();
-      for (auto each = jobs_.begin(); each != jobs_.end(); ++each) {
-        if (each->not_before <= now + kEarlyBy) {
-          due = each;
-          break;
-        }
-        earliest = std::min(earliest, each->not_before);
-      }
-      if (due != jobs_.end()) {
-        job = std::move(due->run);
-        jobs_.erase(due);
+      if (!jobs_.empty() && jobs_.front().not_before <= now + kEarlyBy) {
+        std::pop_heap(jobs_.begin(), jobs_.end(), DueLater{});
+        job = std::move(jobs_.back());
+        jobs_.pop_back();
         wakes_by_ = Clock::time_point::min();  // awake: a new job needs no signal
       } else if (!jobs_.empty()) {
-        const auto sleep = std::chrono::ceil<std::chrono::milliseconds>(earliest - now);
+        const auto sleep = std::chrono::ceil<std::chrono::milliseconds>(jobs_.front().not_before - now);
         sleep_ms = static_cast<int>(sleep.count());
         wakes_by_ = now + sleep;
       } else {
         wakes_by_ = Clock::time_point::max();
       }
     }
-    if (job) {
+    if (job.run) {
+      // The connection closed within its delay: nothing to do, no thread.
+      if (job.owner && job.owner->expired()) continue;
       // On a thread of its own while few are under way, so that the next
       // connection's attempt need not wait for this one's peer.
-      if (!run_attempt_on_own_thread(AttemptKind::server_connect, job)) job();
+      if (!job.waits_on_fabric || !run_attempt_on_own_thread(AttemptKind::server_connect, job.run))
+        job.run();
       continue;
     }
     wakeup_.sleep(sleep_ms);
@@ -123,8 +119,6 @@ void UpgradeWorker::forget_after_fork() {
 
 }  // namespace
 
-bool run_in_upgrade_worker(std::function<void()> job, Clock::time_point not_before) {
-  return worker().queue({not_before, std::move(job)});
-}
+bool run_in_upgrade_worker(WorkerJob job) { return worker().queue(std::move(job)); }
 
 }  // namespace qpsock::upgrade

@@ -1,9 +1,9 @@
 // The per-process upgrade worker: a thread, started on first need, that runs
-// a server's attempts to upgrade over RDMA one after another, so that the
-// application's first read or write never waits for the fabric (an rdma_cm
-// connect to a plain client takes until its reject). The connection goes on
-// over TCP meanwhile; the mid-stream switch makes the moment of the upgrade
-// invisible to the application. It never touches the data path.
+// a server's upgrade attempts when their delay is over (shm_upgrade_delay on
+// one host, rdma_upgrade_delay between hosts), so that the application's
+// first read or write never waits for the peer or the fabric. The connection
+// goes on over TCP meanwhile; the mid-stream switch makes the moment of the
+// upgrade invisible to the application. It never touches the data path.
 //
 // Separate from the upgrade agent (upgrade_agent.h): the agent answers this
 // process's clients, and a process that is both ends of a connection must
@@ -12,13 +12,26 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <optional>
 
 namespace qpsock::upgrade {
 
-// Queues `job` for the worker, to run once `not_before` has come (or up to
-// 10 ms sooner, with others due then): true, or false if the worker cannot
-// run (the caller then declines the connection itself).
-bool run_in_upgrade_worker(std::function<void()> job,
-                           std::chrono::steady_clock::time_point not_before = {});
+struct WorkerJob {
+  std::function<void()> run;
+  // Run once this has come (or up to 10 ms sooner, with others due then).
+  std::chrono::steady_clock::time_point not_before{};
+  // If given: the job is dropped unrun, and costs nothing more, once its
+  // owner (the connection) is gone by its time.
+  std::optional<std::weak_ptr<const void>> owner;
+  // An attempt that waits on the fabric (an rdma_cm connect) runs on an
+  // attempt thread of its own (attempt_threads.h) while few do; one that
+  // only talks to a process on this host runs on the worker's thread.
+  bool waits_on_fabric = true;
+};
+
+// Queues `job` for the worker: true, or false if the worker cannot run (the
+// caller then declines the connection itself).
+bool run_in_upgrade_worker(WorkerJob job);
 
 }  // namespace qpsock::upgrade

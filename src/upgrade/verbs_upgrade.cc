@@ -147,10 +147,9 @@ int prepare_verbs_offer(int tcp_fd, const sockaddr* destination, socklen_t lengt
   // Below 40 ms the listener is opened at once (in connect()): the server
   // may come up to 10 ms early (the worker's batching), and half a short
   // delay would leave the agent no time to open it first.
-  const auto delay = config::process_config().tunables().rdma_upgrade_delay;
+  const auto delay = rdma_upgrade_delay();
   plan.listen_at = std::chrono::steady_clock::now();
-  if (delay >= std::chrono::milliseconds{40})
-    plan.listen_at += std::chrono::duration_cast<std::chrono::steady_clock::duration>(delay / 2);
+  if (delay >= std::chrono::milliseconds{40}) plan.listen_at += delay / 2;
   return 0;
 }
 
@@ -218,29 +217,42 @@ int accept_verbs_upgrade(VerbsListener& listener, Connection& connection, int tc
 
 void begin_server_verbs_upgrade(int tcp_fd, const std::shared_ptr<Connection>& connection,
                                 Deadline deadline) {
-  const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
-  if (const char* reason = reason_rdma_unusable(settings.ring_size)) {
-    QPSOCK_LOG(info, "fd %d: %s; stays on TCP", tcp_fd, reason);
-    connection->decline(reason);
-    return;
-  }
   sockaddr_storage local{}, peer{};
   uint64_t inode = 0;
   if (server_meeting_addresses(tcp_fd, local, peer) < 0 || socket_inode_of_fd(tcp_fd, inode) < 0) {
     connection->decline("the socket's addresses could not be read");
     return;
   }
+  queue_server_verbs_upgrade(tcp_fd, inode, local, peer, connection, deadline,
+                             std::chrono::steady_clock::now() + rdma_upgrade_delay());
+}
+
+void queue_server_verbs_upgrade(int tcp_fd, uint64_t tcp_socket_inode, const sockaddr_storage& local,
+                                const sockaddr_storage& peer,
+                                const std::shared_ptr<Connection>& connection, Deadline deadline,
+                                std::chrono::steady_clock::time_point not_before) {
+  const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
+  if (const char* reason = reason_rdma_unusable(settings.ring_size)) {
+    QPSOCK_LOG(info, "fd %d: %s; stays on TCP", tcp_fd, reason);
+    connection->decline(reason);
+    return;
+  }
   std::weak_ptr<Connection> weak = connection;
-  // The client's listener waits upgrade_timeout from its connect; a server
-  // delay of the same length or more would find it gone.
-  const auto delay = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      config::process_config().tunables().rdma_upgrade_delay);
-  if (!run_in_upgrade_worker(
-          [tcp_fd, inode, weak, local, peer, settings, deadline] {
-            connect_in_worker(tcp_fd, inode, weak, local, peer, settings, deadline);
-          },
-          std::chrono::steady_clock::now() + delay))
+  WorkerJob job;
+  job.run = [tcp_fd, tcp_socket_inode, weak, local, peer, settings, deadline] {
+    connect_in_worker(tcp_fd, tcp_socket_inode, weak, local, peer, settings, deadline);
+  };
+  job.not_before = not_before;
+  job.owner = weak;
+  if (!run_in_upgrade_worker(std::move(job)))
     connection->decline("the upgrade worker could not start");
+}
+
+std::chrono::steady_clock::duration rdma_upgrade_delay() {
+  // The client's listener waits upgrade_timeout from its connect; the
+  // configuration keeps the delay shorter.
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      config::process_config().tunables().rdma_upgrade_delay);
 }
 
 }  // namespace qpsock::upgrade

@@ -12,6 +12,7 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -42,11 +43,23 @@ int open_verbs_listener(int tcp_fd, const RdmaListenerPlan& plan,
 int accept_verbs_upgrade(transport::verbs::VerbsListener& listener, Connection& connection,
                          int tcp_fd, uint64_t tcp_socket_inode, Deadline deadline);
 
-// Server, at the connection's first I/O in this process: the attempt is
-// handed to the upgrade worker, which declines the connection if it fails.
-// Declines it at once if no attempt can be made (no RDMA device, too low an
-// RLIMIT_MEMLOCK, no worker); logs one line for that.
+// Server, at the connection's first I/O in this process (the application's
+// own call on `tcp_fd`): reads the socket's addresses, then as
+// queue_server_verbs_upgrade, rdma_upgrade_delay from now.
 void begin_server_verbs_upgrade(int tcp_fd, const std::shared_ptr<Connection>& connection,
                                 Deadline deadline);
+
+// Server: the attempt for the socket `tcp_socket_inode` at `tcp_fd`, whose
+// addresses are `local` and `peer`, is handed to the upgrade worker, to
+// begin at `not_before`; the worker declines the connection if it fails.
+// Declines it at once if no attempt can be made (no RDMA device, too low an
+// RLIMIT_MEMLOCK, no worker); logs one line for that.
+void queue_server_verbs_upgrade(int tcp_fd, uint64_t tcp_socket_inode, const sockaddr_storage& local,
+                                const sockaddr_storage& peer,
+                                const std::shared_ptr<Connection>& connection, Deadline deadline,
+                                std::chrono::steady_clock::time_point not_before);
+
+// rdma_upgrade_delay, as the configuration gives it.
+std::chrono::steady_clock::duration rdma_upgrade_delay();
 
 }  // namespace qpsock::upgrade

@@ -5,13 +5,16 @@
 # - Passed before any I/O: under qpsock the connections stay on TCP (the
 #   dispatcher's log says why for each, and neither end upgrades), and the
 #   client's report equals a plain run's.
-# - Passed after the dispatcher peeked (its first I/O, which upgrades the
-#   connection to shared memory in the dispatcher): the stream cannot follow
-#   the socket, so qpsock resets the connection and says why. The client must
-#   fail at once with ECONNRESET, as from a kernel's reset, and never get a
-#   wrong byte. (Before, the worker read the bytes sent before the switch,
-#   then a clean end of stream: silent truncation. And a reset the control
-#   channel had read first reached the client as end of file.)
+# - Passed at once after the dispatcher peeked, with shm_upgrade_delay 50ms
+#   (the peek claims the upgrade, which begins that much later): the
+#   connection stays on TCP and works as plain, as passed before any I/O.
+# - The same with shm_upgrade_delay 0, the default (the peek upgrades the
+#   connection to shared memory in the dispatcher): the stream cannot follow the socket,
+#   so qpsock resets the connection and says why. The client must fail at
+#   once with ECONNRESET, as from a kernel's reset, and never get a wrong
+#   byte. (Before, the worker read the bytes sent before the switch, then a
+#   clean end of stream: silent truncation. And a reset the control channel
+#   had read first reached the client as end of file.)
 # In a network namespace of its own (root), like fork_upgrade.sh.
 set -Eeuo pipefail
 SERVER=$(dirname "$(readlink -f "$0")")/../programs/fd_passing_server.py
@@ -26,12 +29,12 @@ CONNECTIONS=4
 CLIENT_OPTIONS=(-B -c "$CONNECTIONS" -b 1048576 -s 33)
 
 # run_pair NAME RUNNER [--peek]: the server and echo_client, both under RUNNER
-# (plain or qpsock). Sets CLIENT_STATUS and SERVER_STATUS.
-CLIENT_STATUS= SERVER_STATUS=
+# (plain or qpsock; SETTINGS: qpsock-run options). Sets CLIENT_STATUS and SERVER_STATUS.
+CLIENT_STATUS= SERVER_STATUS= SETTINGS=()
 run_pair() {
   local name=$1 runner=$2 prefix=()
   shift 2
-  [[ $runner == qpsock ]] && prefix=("$RUN" --library "$LIBRARY" --log-level info --)
+  [[ $runner == qpsock ]] && prefix=("$RUN" --library "$LIBRARY" --log-level info "${SETTINGS[@]}" --)
   timeout -k 5 40 "${prefix[@]}" python3 "$SERVER" "$PORT" "$CONNECTIONS" "$@" \
     2>"$WORK/$name.server.log" &
   local server_pid=$!
@@ -84,6 +87,17 @@ else
   cat "$WORK/plain-peek.server.log" "$WORK/plain-peek.client.log" >&2
 fi
 
+SETTINGS=(--set shm_upgrade_delay=50ms)
+run_pair peek-early qpsock --peek
+if [[ $CLIENT_STATUS == 0 && $SERVER_STATUS == 0 ]] && cmp -s "$WORK/plain.report" "$WORK/peek-early.report" &&
+   ! grep -q "upgraded to" "$WORK/peek-early.server.log" "$WORK/peek-early.client.log"; then
+  pass "qpsock, peeked and passed within shm_upgrade_delay: on TCP, every connection echoed; the report equals plain's"
+else
+  fail "qpsock, peeked and passed within shm_upgrade_delay: client $CLIENT_STATUS, server $SERVER_STATUS, a report unlike plain's, or an upgrade"
+  cat "$WORK/peek-early.server.log" "$WORK/peek-early.client.log" >&2
+fi
+
+SETTINGS=()
 run_pair peek qpsock --peek
 if ((CLIENT_STATUS != 0 && CLIENT_STATUS < 124)) && grep -q "Connection reset by peer" "$WORK/peek.client.log"; then
   pass "qpsock, upgraded then passed: the client failed at once with ECONNRESET (exit $CLIENT_STATUS: $(grep -m 1 "^echo_client: connection" "$WORK/peek.client.log"))"

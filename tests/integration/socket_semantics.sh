@@ -17,6 +17,10 @@
 # agent thread, which a loaded machine may hold up past the warm-up's pauses:
 # such a run is retried (at most 3 attempts), never accepted.
 #
+# The cases test the upgraded stream, not when the upgrade comes: the server
+# meets its client at its first I/O (shm_upgrade_delay 0), so that the
+# warm-up's turns see both directions switch.
+#
 # The plain run is made twice and must give the same output both times: a
 # case whose kernel result varies from run to run is the probe's bug.
 #
@@ -58,6 +62,7 @@ mkdir -p "$CASES_DIR"
 # Statistics files of this test's processes (killed ones leave theirs) stay in it.
 export QPSOCK_STAT_DIR=$TEST_TMP/stat
 mkdir -m 0700 -p "$QPSOCK_STAT_DIR"
+export QPSOCK_SHM_UPGRADE_DELAY=0
 
 if (($# > 0)); then
   CASES=("$@")

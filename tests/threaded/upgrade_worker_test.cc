@@ -1,8 +1,10 @@
-// The upgrade worker runs a server's RDMA attempts rdma_upgrade_delay after
-// the connection's first I/O: a job waits for its time (less the 10 ms by
-// which an awake worker takes jobs early), and one due sooner, queued while
-// the worker sleeps towards a later one, is not held up by it. Attempts due
-// together run at once, up to kMostAttemptsAtOnce, each on its own thread.
+// The upgrade worker runs a server's attempts their delay after the
+// connection's first I/O: a job waits for its time (less the 10 ms by which
+// an awake worker takes jobs early), and one due sooner, queued while the
+// worker sleeps towards a later one, is not held up by it. A job whose
+// connection is gone is dropped. Attempts on the fabric due together run at
+// once, up to kMostAttemptsAtOnce, each on its own thread; same-host ones on
+// the worker's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +24,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+WorkerJob make_job(std::function<void()> run, Clock::time_point not_before = {}) {
+  WorkerJob job;
+  job.run = std::move(run);
+  job.not_before = not_before;
+  return job;
+}
 
 struct Finished {
   std::mutex mutex;
@@ -44,7 +53,7 @@ struct Finished {
 TEST(UpgradeWorker, AJobRunsNoSoonerThan10msBeforeItsTime) {
   Finished finished;
   const auto queued = Clock::now();
-  ASSERT_TRUE(run_in_upgrade_worker(finished.job(1), queued + milliseconds{150}));
+  ASSERT_TRUE(run_in_upgrade_worker(make_job(finished.job(1), queued + milliseconds{150})));
   ASSERT_TRUE(finished.wait_for(1, milliseconds{10000})) << "the delayed job never ran";
   std::lock_guard lock(finished.mutex);
   EXPECT_GE(finished.jobs[0].second - queued, milliseconds{140});
@@ -53,10 +62,10 @@ TEST(UpgradeWorker, AJobRunsNoSoonerThan10msBeforeItsTime) {
 TEST(UpgradeWorker, AJobDueSoonerIsNotHeldUpByALaterOne) {
   Finished finished;
   const auto queued = Clock::now();
-  ASSERT_TRUE(run_in_upgrade_worker(finished.job(1), queued + milliseconds{3000}));
+  ASSERT_TRUE(run_in_upgrade_worker(make_job(finished.job(1), queued + milliseconds{3000})));
   // Once the worker sleeps towards the first job's time, this one must wake it.
   std::this_thread::sleep_for(milliseconds{100});
-  ASSERT_TRUE(run_in_upgrade_worker(finished.job(2)));
+  ASSERT_TRUE(run_in_upgrade_worker(make_job(finished.job(2))));
   ASSERT_TRUE(finished.wait_for(1, milliseconds{2000})) << "the job due now waited for the later one";
   {
     std::lock_guard lock(finished.mutex);
@@ -79,17 +88,55 @@ TEST(UpgradeWorker, ManyJobsQueuedFromManyThreadsAllRunOnce) {
       for (int each = 0; each < kEach; ++each) {
         // Spread over 0-20 ms, some due at once.
         const auto not_before = Clock::now() + milliseconds{(thread * kEach + each) % 21};
-        ASSERT_TRUE(run_in_upgrade_worker(
+        ASSERT_TRUE(run_in_upgrade_worker(make_job(
             [&] {
               if (ran.fetch_add(1) + 1 == kThreads * kEach) finished.job(0)();
             },
-            not_before));
+            not_before)));
       }
     });
   }
   for (auto& thread : threads) thread.join();
   ASSERT_TRUE(finished.wait_for(1, milliseconds{20000})) << ran.load() << " jobs ran";
   EXPECT_EQ(ran.load(), kThreads * kEach);
+}
+
+TEST(UpgradeWorker, AJobWhoseOwnerIsGoneIsDroppedUnrun) {
+  Finished finished;
+  auto owner = std::make_shared<int>(0);
+  WorkerJob dropped = make_job(finished.job(1), Clock::now() + milliseconds{50});
+  dropped.owner = std::weak_ptr<const void>(owner);
+  ASSERT_TRUE(run_in_upgrade_worker(std::move(dropped)));
+  owner.reset();  // the connection closed within its delay
+  auto kept_owner = std::make_shared<int>(0);
+  WorkerJob kept = make_job(finished.job(2), Clock::now() + milliseconds{100});
+  kept.owner = std::weak_ptr<const void>(kept_owner);
+  ASSERT_TRUE(run_in_upgrade_worker(std::move(kept)));
+  ASSERT_TRUE(finished.wait_for(1, milliseconds{10000}));
+  std::this_thread::sleep_for(milliseconds{100});
+  std::lock_guard lock(finished.mutex);
+  ASSERT_EQ(finished.jobs.size(), 1u);
+  EXPECT_EQ(finished.jobs[0].first, 2);
+}
+
+TEST(UpgradeWorker, AJobThatDoesNotWaitOnTheFabricRunsOnTheWorkersThread) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::thread::id> threads;
+  for (int each = 0; each < 3; ++each) {
+    WorkerJob job = make_job([&] {
+      std::lock_guard lock(mutex);
+      threads.push_back(std::this_thread::get_id());
+      changed.notify_all();
+    });
+    job.waits_on_fabric = false;
+    ASSERT_TRUE(run_in_upgrade_worker(std::move(job)));
+  }
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(changed.wait_for(lock, milliseconds{10000}, [&] { return threads.size() == 3; }));
+  EXPECT_EQ(threads[0], threads[1]);
+  EXPECT_EQ(threads[1], threads[2]);
+  EXPECT_NE(threads[0], std::this_thread::get_id());
 }
 
 // The threads of earlier tests' attempts give theirs back just after the
@@ -138,7 +185,7 @@ TEST(UpgradeWorker, AttemptsDueTogetherRunAtOnce) {
   ASSERT_TRUE(no_attempts_under_way());
   Gathering gathering;
   for (int each = 0; each < kMostAttemptsAtOnce; ++each)
-    ASSERT_TRUE(run_in_upgrade_worker([&] { gathering.arrive_and_wait(); }));
+    ASSERT_TRUE(run_in_upgrade_worker(make_job([&] { gathering.arrive_and_wait(); })));
   EXPECT_TRUE(gathering.wait_until_running(kMostAttemptsAtOnce))
       << "only " << gathering.running << " attempts ran at once";
   gathering.release_and_wait_for_all();

@@ -36,6 +36,7 @@ TEST(ConfigTunables, Defaults) {
   EXPECT_EQ(defaults.rendezvous_patience, milliseconds{10});
   EXPECT_EQ(defaults.upgrade_timeout, milliseconds{2000});
   EXPECT_EQ(defaults.rdma_upgrade_delay, milliseconds{200});
+  EXPECT_EQ(defaults.shm_upgrade_delay, microseconds{0});
   EXPECT_EQ(defaults.same_host, SameHost::shm);
   EXPECT_EQ(tunables_of(""), defaults);
 }
@@ -56,7 +57,8 @@ TEST(ConfigTunables, CatalogueNamesEveryTunableAndItsVariable) {
   EXPECT_EQ(names, (std::vector<std::string>{"inline_size", "rendezvous_threshold",
                                              "rendezvous_patience", "ring_size",
                                              "eager_chunk", "spin_time", "spin_limit", "upgrade_timeout",
-                                             "rdma_upgrade_delay", "same_host"}));
+                                             "rdma_upgrade_delay", "shm_upgrade_delay",
+                                             "same_host"}));
 }
 
 TEST(ConfigTunables, InlineSize) {
@@ -188,6 +190,18 @@ TEST(ConfigTunables, RdmaUpgradeDelayMustBeShorterThanTheUpgradeTimeout) {
   ParseResult result = parse("upgrade_timeout = 40ms\n");
   EXPECT_TRUE(result.diagnostics.empty());
   EXPECT_EQ(result.config.tunables().rdma_upgrade_delay, milliseconds{20});
+}
+
+TEST(ConfigTunables, ShmUpgradeDelay) {
+  EXPECT_EQ(tunables_of("shm_upgrade_delay = 0").shm_upgrade_delay, microseconds{0});
+  EXPECT_EQ(tunables_of("shm_upgrade_delay = 50ms").shm_upgrade_delay, milliseconds{50});
+  EXPECT_EQ(only_diagnostic("shm_upgrade_delay = 11s"),
+            "t.conf:1: shm_upgrade_delay: '11s' is above the maximum 10s; default 0 kept");
+  // As rdma_upgrade_delay: the client's offer would be gone before any server came.
+  EXPECT_EQ(only_diagnostic("shm_upgrade_delay = 2s\n"),
+            "t.conf:1: shm_upgrade_delay: 2s is not shorter than upgrade_timeout 2s, whose end "
+            "no upgrade would meet; 1s (half of upgrade_timeout) used");
+  EXPECT_EQ(parse("shm_upgrade_delay = 2s\n").config.tunables().shm_upgrade_delay, seconds{1});
 }
 
 TEST(ConfigTunables, SameHost) {

@@ -1,0 +1,82 @@
+#include "upgrade/same_host_upgrade.h"
+
+#include <cerrno>
+#include <chrono>
+
+#include "common/log.h"
+#include "config/config_loader.h"
+#include "libc/next_symbols.h"
+#include "upgrade/forked_children.h"
+#include "upgrade/handshake.h"
+
+namespace qpsock::upgrade {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Below this the client listens before its SYN: the worker may begin a
+// server's attempt up to 10 ms early (it batches), and half a short delay
+// would leave the agent no time to open the listener first.
+constexpr std::chrono::milliseconds kShortestPlannedDelay{40};
+
+Clock::duration shm_upgrade_delay() {
+  return std::chrono::duration_cast<Clock::duration>(
+      config::process_config().tunables().shm_upgrade_delay);
+}
+
+// The attempt itself, once begun (the phase is negotiating): the client's
+// listener, then the handshake over it.
+void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline deadline) {
+  const int side_fd = connect_for_upgrade(client_inode);
+  if (side_fd < 0) {
+    QPSOCK_LOG(info, "fd %d: the peer offers no upgrade (%d); stays on TCP", tcp.fd, side_fd);
+    connection.decline("the peer offers no upgrade (no qpsock, or it declined)");
+    return;
+  }
+  const int result = run_handshake(connection, tcp, side_fd, client_inode, deadline);
+  next::close(side_fd);
+  if (result < 0) {
+    QPSOCK_LOG(info, "fd %d: upgrade declined (%d); stays on TCP", tcp.fd, result);
+    connection.decline("the upgrade handshake failed");
+    return;
+  }
+  QPSOCK_LOG(info, "fd %d: upgraded to shared memory", tcp.fd);
+}
+
+}  // namespace
+
+int prepare_same_host_offer(uint64_t tcp_socket_inode, ClientListeners& listeners,
+                            const char*& reason) {
+  const Clock::duration delay = shm_upgrade_delay();
+  if (delay >= kShortestPlannedDelay) {
+    listeners.planned_same_host = Clock::now() + delay / 2;
+    return 0;
+  }
+  listeners.same_host_fd = listen_for_upgrade(tcp_socket_inode);
+  if (listeners.same_host_fd < 0) {
+    reason = "no side-channel listener";
+    return listeners.same_host_fd;
+  }
+  return 0;
+}
+
+void attempt_same_host_upgrade_now(int tcp_fd, Connection& connection, uint64_t client_inode,
+                                   Deadline deadline) {
+  // The application's own call on tcp_fd: the number is the socket now.
+  if (connection.begin_negotiation() && !declined_for_a_fork_since_claimed(connection, tcp_fd))
+    attempt(connection, keep_fd(tcp_fd), client_inode, deadline);
+}
+
+void attempt_same_host_upgrade_in_worker(Connection& connection, KeptFd tcp,
+                                         uint64_t tcp_socket_inode, uint64_t client_inode,
+                                         Deadline deadline) {
+  if (declined_for_a_fork_since_claimed(connection, tcp.fd) ||
+      declined_for_a_forked_child(connection, tcp.fd, tcp_socket_inode) ||
+      !connection.begin_negotiation() ||  // declined meanwhile (passed to another process)
+      declined_for_a_fork_since_claimed(connection, tcp.fd) ||
+      declined_for_a_forked_child(connection, tcp.fd, tcp_socket_inode))
+    return;
+  attempt(connection, tcp, client_inode, deadline);
+}
+
+}  // namespace qpsock::upgrade
