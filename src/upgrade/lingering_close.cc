@@ -14,6 +14,7 @@
 #include "common/kept_fd.h"
 #include "common/log.h"
 #include "libc/next_symbols.h"
+#include "stream/control_doorbell.h"
 #include "upgrade/connection.h"
 #include "upgrade/connection_reset.h"
 #include "upgrade/connection_timers.h"
@@ -28,7 +29,15 @@ struct Lingering {
   int copy;                  // our duplicate of the socket
   uint64_t held;             // bytes held at the last step
   Clock::time_point give_up; // kLingerPatience after the last progress
+  // Once the stream has ended and the FIN went: until when the copy stays
+  // open to read the doorbells the peer rang before it saw our end.
+  std::optional<Clock::time_point> draining_until;
 };
+
+// A peer that saw our end closes at once; one that keeps its half open does
+// not keep our copy longer than this.
+constexpr std::chrono::seconds kDrainPatience{2};
+constexpr std::chrono::milliseconds kDrainStep{10};
 
 std::mutex lingering_mutex;
 std::atomic<uint32_t> lingering_count{0};  // the list's size
@@ -88,7 +97,7 @@ bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd) {
   stream->move_control_channel(keep_fd(copy));
   {
     std::lock_guard lock(lingering_mutex);
-    add_entry({connection, copy, held, Clock::now() + kLingerPatience});
+    add_entry({connection, copy, held, Clock::now() + kLingerPatience, std::nullopt});
   }
   QPSOCK_LOG(debug, "fd %d: closed with %llu written bytes held: they go on to the peer, then the "
              "end of stream and the FIN", fd, static_cast<unsigned long long>(held));
@@ -96,11 +105,51 @@ bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd) {
   return true;
 }
 
-void continue_lingering(const std::shared_ptr<Connection>& connection) {
-  stream::Stream* stream = connection->stream();
+namespace {
+
+// The stream has ended: its FIN now, and the copy stays open while the peer
+// may still ring (a doorbell reaching a closed socket makes its kernel
+// answer with a reset, which would cost the peer the bytes it has not read
+// from TCP yet). TCP's FIN_WAIT2, with the doorbells read.
+void drain_after_end(const std::shared_ptr<Connection>& connection, int copy) {
+  next::shutdown(copy, SHUT_WR);
   {
     std::lock_guard lock(lingering_mutex);
-    if (find_entry(connection.get()) == nullptr) return;
+    Lingering* entry = find_entry(connection.get());
+    if (entry == nullptr) return;
+    entry->draining_until = Clock::now() + kDrainPatience;
+  }
+  run_later(ConnectionTimer::linger, connection, kDrainStep);
+}
+
+// A draining step: closes the copy once the peer's FIN (or reset) came, or
+// the patience is over.
+void continue_draining(const std::shared_ptr<Connection>& connection, int copy,
+                       Clock::time_point until) {
+  // Only this thread closes the copy (finish): the number is ours.
+  if (stream::take_doorbells(keep_fd(copy)) != stream::ControlState::quiet || Clock::now() >= until) {
+    finish(connection.get(), false);
+    return;
+  }
+  run_later(ConnectionTimer::linger, connection, kDrainStep);
+}
+
+}  // namespace
+
+void continue_lingering(const std::shared_ptr<Connection>& connection) {
+  stream::Stream* stream = connection->stream();
+  int copy = -1;
+  std::optional<Clock::time_point> draining_until;
+  {
+    std::lock_guard lock(lingering_mutex);
+    const Lingering* entry = find_entry(connection.get());
+    if (entry == nullptr) return;
+    copy = entry->copy;
+    draining_until = entry->draining_until;
+  }
+  if (draining_until) {
+    continue_draining(connection, copy, *draining_until);
+    return;
   }
   if (stream == nullptr) {
     finish(connection.get(), true);
@@ -109,15 +158,12 @@ void continue_lingering(const std::shared_ptr<Connection>& connection) {
   const auto again = stream->ask_peer_for_room();  // pushes what the peer has room for
   const uint64_t held = stream->send_backlog_bytes();
   if (held == 0) {
-    int copy = -1;
-    {
-      std::lock_guard lock(lingering_mutex);
-      if (const Lingering* entry = find_entry(connection.get())) copy = entry->copy;
-    }
-    // Only this thread closes the copy (finish, below).
-    if (copy >= 0) connection->take_own_bytes_before_close(copy);
+    connection->take_own_bytes_before_close(copy);
     const stream::CloseResult closed = stream->close();
-    finish(connection.get(), closed.lost_bytes > 0 || closed.unread_bytes > 0);
+    if (closed.lost_bytes > 0 || closed.unread_bytes > 0)
+      finish(connection.get(), true);
+    else
+      drain_after_end(connection, copy);
     return;
   }
   const auto now = Clock::now();
@@ -145,6 +191,7 @@ void continue_lingering(const std::shared_ptr<Connection>& connection) {
 void lingering_before_exit(std::chrono::steady_clock::time_point deadline,
                            stream::Stream::ExitCall call) {
   auto deliver = [&](const Lingering& entry) {
+    if (entry.draining_until) return;  // ended in order: the FIN went
     stream::Stream* stream = entry.connection->stream();
     if (stream == nullptr || stream->deliver_before_exit(deadline, call)) return;
     reset_when_closed(entry.copy);

@@ -4,8 +4,11 @@
 // socket, tcp_close), the connection lingers here. A private duplicate of
 // the socket keeps the TCP connection open; the timer thread pushes the
 // held bytes as the peer gives room, then closes the stream (its end of
-// stream) and the duplicate (the FIN). A peer that gives no room for
-// kLingerPatience gets a reset, never an orderly end after a part.
+// stream) and sends the FIN, and keeps the duplicate open, reading the
+// doorbells the peer rang before it saw the end, until the peer's FIN or
+// for two seconds at most (a doorbell reaching a closed socket would make
+// its kernel send a reset). A peer that gives no room for kLingerPatience
+// gets a reset, never an orderly end after a part.
 #pragma once
 
 #include <chrono>
