@@ -3,7 +3,9 @@
 #include "upgrade/lingering_close.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <linux/sockios.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,17 +29,20 @@ using Clock = std::chrono::steady_clock;
 struct Lingering {
   std::shared_ptr<Connection> connection;
   int copy;                  // our duplicate of the socket
-  uint64_t held;             // bytes held at the last step
+  uint64_t held;             // bytes held (draining: in TCP's send queue) at the last step
   Clock::time_point give_up; // kLingerPatience after the last progress
-  // Once the stream has ended and the FIN went: until when the copy stays
-  // open to read the doorbells the peer rang before it saw our end.
-  std::optional<Clock::time_point> draining_until;
+  // The stream has ended and the FIN is queued: the copy stays open while
+  // TCP's send queue drains.
+  bool draining;
 };
 
-// A peer that saw our end closes at once; one that keeps its half open does
-// not keep our copy longer than this.
-constexpr std::chrono::seconds kDrainPatience{2};
 constexpr std::chrono::milliseconds kDrainStep{10};
+
+// Bytes in the socket's TCP send queue (not yet sent, or not acknowledged).
+uint64_t kernel_unsent(int fd) {
+  int bytes = 0;
+  return next::ioctl(fd, SIOCOUTQ, &bytes) == 0 && bytes > 0 ? static_cast<uint64_t>(bytes) : 0;
+}
 
 std::mutex lingering_mutex;
 std::atomic<uint32_t> lingering_count{0};  // the list's size
@@ -88,7 +93,11 @@ bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd) {
   if (stream == nullptr) return false;
   const uint64_t held = stream->send_backlog_bytes();
   // Unread data: TCP resets, and sends nothing more (close_stream does that).
-  if (held == 0 || stream->readable_bytes() > 0) return false;
+  if (stream->readable_bytes() > 0) return false;
+  // Nothing held and nothing in TCP's send queue: a reset the peer's late
+  // doorbell makes costs nothing, and the socket closes now.
+  const uint64_t unsent = held == 0 ? kernel_unsent(fd) : 0;
+  if (held == 0 && unsent == 0) return false;
   // Not below fd: the numbers the application gets next stay as they were.
   const int copy = next::fcntl(fd, F_DUPFD_CLOEXEC, fd);
   if (copy < 0) return false;  // no descriptor to spare: close waits, as before
@@ -97,41 +106,60 @@ bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd) {
   stream->move_control_channel(keep_fd(copy));
   {
     std::lock_guard lock(lingering_mutex);
-    add_entry({connection, copy, held, Clock::now() + kLingerPatience, std::nullopt});
+    add_entry({connection, copy, held, Clock::now() + kLingerPatience, false});
   }
-  QPSOCK_LOG(debug, "fd %d: closed with %llu written bytes held: they go on to the peer, then the "
-             "end of stream and the FIN", fd, static_cast<unsigned long long>(held));
+  if (held > 0)
+    QPSOCK_LOG(debug, "fd %d: closed with %llu written bytes held: they go on to the peer, then the "
+               "end of stream and the FIN", fd, static_cast<unsigned long long>(held));
+  else
+    QPSOCK_LOG(debug, "fd %d: closed with %llu bytes in TCP's send queue: the socket stays open, "
+               "its doorbells read, until they went", fd, static_cast<unsigned long long>(unsent));
   run_later(ConnectionTimer::linger, connection, std::chrono::milliseconds(0));
   return true;
 }
 
 namespace {
 
-// The stream has ended: its FIN now, and the copy stays open while the peer
-// may still ring (a doorbell reaching a closed socket makes its kernel
-// answer with a reset, which would cost the peer the bytes it has not read
-// from TCP yet). TCP's FIN_WAIT2, with the doorbells read.
+// A draining step: closes the copy once TCP's send queue is empty (a reset
+// costs nothing then), the peer reset, or it took nothing for kLingerPatience.
+void continue_draining(const std::shared_ptr<Connection>& connection, int copy) {
+  // Only this thread closes the copy (finish): the number is ours.
+  bool done = stream::take_doorbells(keep_fd(copy)) == stream::ControlState::gone;
+  const uint64_t unsent = kernel_unsent(copy);
+  done = done || unsent == 0;
+  {
+    std::lock_guard lock(lingering_mutex);
+    Lingering* entry = find_entry(connection.get());
+    if (entry == nullptr) return;
+    const auto now = Clock::now();
+    if (unsent < entry->held) entry->give_up = now + kLingerPatience;
+    entry->held = unsent;
+    done = done || now >= entry->give_up;
+  }
+  if (done) {
+    finish(connection.get(), false);
+    return;
+  }
+  run_later(ConnectionTimer::linger, connection, kDrainStep);
+}
+
+// The stream has ended: its FIN now, behind what TCP's send queue still
+// holds, and the copy stays open while that drains. The peer may still
+// ring (for the credit it returns while we held bytes), and a doorbell
+// reaching a closed socket makes its kernel answer with a reset, which
+// throws away the send queue: bytes the application wrote over TCP before
+// the switch, which the peer has not read yet.
 void drain_after_end(const std::shared_ptr<Connection>& connection, int copy) {
   next::shutdown(copy, SHUT_WR);
   {
     std::lock_guard lock(lingering_mutex);
     Lingering* entry = find_entry(connection.get());
     if (entry == nullptr) return;
-    entry->draining_until = Clock::now() + kDrainPatience;
+    entry->draining = true;
+    entry->held = kernel_unsent(copy);
+    entry->give_up = Clock::now() + kLingerPatience;
   }
-  run_later(ConnectionTimer::linger, connection, kDrainStep);
-}
-
-// A draining step: closes the copy once the peer's FIN (or reset) came, or
-// the patience is over.
-void continue_draining(const std::shared_ptr<Connection>& connection, int copy,
-                       Clock::time_point until) {
-  // Only this thread closes the copy (finish): the number is ours.
-  if (stream::take_doorbells(keep_fd(copy)) != stream::ControlState::quiet || Clock::now() >= until) {
-    finish(connection.get(), false);
-    return;
-  }
-  run_later(ConnectionTimer::linger, connection, kDrainStep);
+  continue_draining(connection, copy);
 }
 
 }  // namespace
@@ -139,16 +167,16 @@ void continue_draining(const std::shared_ptr<Connection>& connection, int copy,
 void continue_lingering(const std::shared_ptr<Connection>& connection) {
   stream::Stream* stream = connection->stream();
   int copy = -1;
-  std::optional<Clock::time_point> draining_until;
+  bool draining = false;
   {
     std::lock_guard lock(lingering_mutex);
     const Lingering* entry = find_entry(connection.get());
     if (entry == nullptr) return;
     copy = entry->copy;
-    draining_until = entry->draining_until;
+    draining = entry->draining;
   }
-  if (draining_until) {
-    continue_draining(connection, copy, *draining_until);
+  if (draining) {
+    continue_draining(connection, copy);
     return;
   }
   if (stream == nullptr) {
@@ -191,7 +219,7 @@ void continue_lingering(const std::shared_ptr<Connection>& connection) {
 void lingering_before_exit(std::chrono::steady_clock::time_point deadline,
                            stream::Stream::ExitCall call) {
   auto deliver = [&](const Lingering& entry) {
-    if (entry.draining_until) return;  // ended in order: the FIN went
+    if (entry.draining) return;  // ended in order: the FIN is queued
     stream::Stream* stream = entry.connection->stream();
     if (stream == nullptr || stream->deliver_before_exit(deadline, call)) return;
     reset_when_closed(entry.copy);

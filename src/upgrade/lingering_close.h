@@ -4,11 +4,12 @@
 // socket, tcp_close), the connection lingers here. A private duplicate of
 // the socket keeps the TCP connection open; the timer thread pushes the
 // held bytes as the peer gives room, then closes the stream (its end of
-// stream) and sends the FIN, and keeps the duplicate open, reading the
-// doorbells the peer rang before it saw the end, until the peer's FIN or
-// for two seconds at most (a doorbell reaching a closed socket would make
-// its kernel send a reset). A peer that gives no room for kLingerPatience
-// gets a reset, never an orderly end after a part.
+// stream) and queues the FIN, and keeps the duplicate open, reading the
+// peer's doorbells, until TCP's send queue is empty: a doorbell reaching a
+// closed socket makes its kernel reset the connection, which throws the
+// send queue away. A close with nothing held but bytes in TCP's send queue
+// lingers the same way. A peer that takes nothing for kLingerPatience gets
+// a reset, never an orderly end after a part.
 #pragma once
 
 #include <chrono>
@@ -23,8 +24,9 @@ class Connection;
 inline constexpr std::chrono::seconds kLingerPatience{60};
 
 // The application is closing `fd`, the last number of `connection`'s
-// socket. True if the connection now lingers (its stream holds bytes, and
-// a duplicate could be made); false: close it now, as before.
+// socket. True if the connection now lingers (its stream holds bytes, or
+// TCP's send queue does, and a duplicate could be made); false: close it
+// now.
 bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd);
 // Whether any connection lingers (cheap: an atomic load).
 bool any_lingering();
