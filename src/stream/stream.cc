@@ -125,6 +125,12 @@ void Stream::allow_doorbells() {
   if (doorbell_on_credit_ && receive_credit_.unreturned() == 0) ring_for_room_locked();
 }
 
+void Stream::allow_credit_doorbells() {
+  std::lock_guard state(state_mutex_);
+  credit_doorbells_allowed_ = true;
+  if (doorbell_on_credit_ && receive_credit_.unreturned() == 0) ring_for_room_locked();
+}
+
 void Stream::answer_peer() {
   // A reader or writer that is in does its part itself: never wait for it.
   StateLock send_lock(send_mutex_, std::try_to_lock);

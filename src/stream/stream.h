@@ -123,6 +123,13 @@ class Stream {
   // into TCP would be the application's. A stream that sends rings only
   // after its first send, which comes after the switch.
   void allow_doorbells();
+  // Our receiving direction switched: we have read every byte the peer
+  // sent over TCP, so its TCP send queue is empty. Until then the doorbell
+  // that goes with returned credit waits (the peer's timer finds the room
+  // meanwhile): a doorbell that reaches the peer's socket after its close
+  // makes its kernel reset the connection, and the reset would throw away
+  // what its send queue still holds for us.
+  void allow_credit_doorbells();
   // The peer rang the doorbell (stream/control_doorbell.h): take in what it
   // sent and answer it, though no application thread calls in. Unless a
   // reader is in, the data at the head of our ring also moves into the
@@ -563,6 +570,7 @@ class Stream {
   bool doorbell_on_credit_ = false;
   bool peer_holds_bytes_ = false;  // room_wanted(1) came, room_wanted(0) not since
   bool doorbells_allowed_ = false;  // allow_doorbells()
+  bool credit_doorbells_allowed_ = false;  // allow_credit_doorbells()
   bool end_sent_wanted_ = false;    // shutdown_write returned 1
   EndSentHandler end_sent_;
   // Rings the peer's doorbell for room_wanted if it may now.

@@ -102,7 +102,7 @@ void Stream::on_room_wanted_locked(uint32_t held) {
 }
 
 void Stream::ring_for_room_locked() {
-  if (!doorbells_allowed_) return;
+  if (!doorbells_allowed_ || !credit_doorbells_allowed_) return;
   doorbell_on_credit_ = false;
   ring_doorbell(control_);
 }

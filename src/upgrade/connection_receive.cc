@@ -300,6 +300,7 @@ int Connection::take_token_locked(int fd) {
     return -ECONNRESET;
   }
   receive_switched_.store(true, std::memory_order_release);
+  stream()->allow_credit_doorbells();
   QPSOCK_LOG(debug, "fd %d: receiving switched to the stream after %llu TCP bytes", fd,
              static_cast<unsigned long long>(tcp_received_));
   return 1;

@@ -93,11 +93,7 @@ bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd) {
   if (stream == nullptr) return false;
   const uint64_t held = stream->send_backlog_bytes();
   // Unread data: TCP resets, and sends nothing more (close_stream does that).
-  if (stream->readable_bytes() > 0) return false;
-  // Nothing held and nothing in TCP's send queue: a reset the peer's late
-  // doorbell makes costs nothing, and the socket closes now.
-  const uint64_t unsent = held == 0 ? kernel_unsent(fd) : 0;
-  if (held == 0 && unsent == 0) return false;
+  if (held == 0 || stream->readable_bytes() > 0) return false;
   // Not below fd: the numbers the application gets next stay as they were.
   const int copy = next::fcntl(fd, F_DUPFD_CLOEXEC, fd);
   if (copy < 0) return false;  // no descriptor to spare: close waits, as before
@@ -108,12 +104,8 @@ bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd) {
     std::lock_guard lock(lingering_mutex);
     add_entry({connection, copy, held, Clock::now() + kLingerPatience, false});
   }
-  if (held > 0)
-    QPSOCK_LOG(debug, "fd %d: closed with %llu written bytes held: they go on to the peer, then the "
-               "end of stream and the FIN", fd, static_cast<unsigned long long>(held));
-  else
-    QPSOCK_LOG(debug, "fd %d: closed with %llu bytes in TCP's send queue: the socket stays open, "
-               "its doorbells read, until they went", fd, static_cast<unsigned long long>(unsent));
+  QPSOCK_LOG(debug, "fd %d: closed with %llu written bytes held: they go on to the peer, then the "
+             "end of stream and the FIN", fd, static_cast<unsigned long long>(held));
   run_later(ConnectionTimer::linger, connection, std::chrono::milliseconds(0));
   return true;
 }
@@ -214,6 +206,22 @@ void continue_lingering(const std::shared_ptr<Connection>& connection) {
     return;
   }
   run_later(ConnectionTimer::linger, connection, again.value_or(stream->room_patience()));
+}
+
+void drain_after_close(const std::shared_ptr<Connection>& connection, int fd) {
+  const uint64_t unsent = kernel_unsent(fd);
+  if (unsent == 0) return;  // a reset the peer's late doorbell makes costs nothing
+  const int copy = next::fcntl(fd, F_DUPFD_CLOEXEC, fd);
+  if (copy < 0) return;  // no descriptor to spare: closed now, as before
+  // The FIN goes now, as the application's close would have sent it.
+  next::shutdown(copy, SHUT_WR);
+  {
+    std::lock_guard lock(lingering_mutex);
+    add_entry({connection, copy, unsent, Clock::now() + kLingerPatience, true});
+  }
+  QPSOCK_LOG(debug, "fd %d: closed with %llu bytes in TCP's send queue: the socket stays open, its "
+             "doorbells read, until they went", fd, static_cast<unsigned long long>(unsent));
+  run_later(ConnectionTimer::linger, connection, kDrainStep);
 }
 
 void lingering_before_exit(std::chrono::steady_clock::time_point deadline,

@@ -8,7 +8,7 @@
 // peer's doorbells, until TCP's send queue is empty: a doorbell reaching a
 // closed socket makes its kernel reset the connection, which throws the
 // send queue away. A close with nothing held but bytes in TCP's send queue
-// lingers the same way. A peer that takes nothing for kLingerPatience gets
+// ends its stream at once and drains the same way. A peer that takes nothing for kLingerPatience gets
 // a reset, never an orderly end after a part.
 #pragma once
 
@@ -24,12 +24,16 @@ class Connection;
 inline constexpr std::chrono::seconds kLingerPatience{60};
 
 // The application is closing `fd`, the last number of `connection`'s
-// socket. True if the connection now lingers (its stream holds bytes, or
-// TCP's send queue does, and a duplicate could be made); false: close it
-// now.
+// socket. True if the connection now lingers (its stream holds bytes, and
+// a duplicate could be made); false: close it now.
 bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd);
 // Whether any connection lingers (cheap: an atomic load).
 bool any_lingering();
+// The application is closing `fd`, the last number of `connection`'s
+// socket, whose stream has just ended in order: if TCP's send queue still
+// holds bytes, the socket's FIN goes now and a duplicate keeps it open,
+// reading doorbells, until the queue is empty.
+void drain_after_close(const std::shared_ptr<Connection>& connection, int fd);
 // The timer's step (ConnectionTimer::linger).
 void continue_lingering(const std::shared_ptr<Connection>& connection);
 // The process ends: each lingering stream delivers what it can in the

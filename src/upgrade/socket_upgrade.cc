@@ -355,7 +355,10 @@ void connection_closing(int fd) {
   if (linger_after_close(connection, fd)) return;
   connection->take_own_bytes_before_close(fd);
   // Unread data: TCP answers close with a reset, and so do we.
-  if (connection->close_stream()) reset_when_closed(fd);
+  if (connection->close_stream())
+    reset_when_closed(fd);
+  else
+    drain_after_close(connection, fd);
 }
 
 }  // namespace qpsock::upgrade

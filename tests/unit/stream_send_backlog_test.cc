@@ -58,6 +58,8 @@ class StreamSendBacklogTest : public ::testing::Test {
     reader().set_control_channel(keep_fd(control_[1]), take(control_[1]));
     writer().allow_doorbells();
     reader().allow_doorbells();
+    writer().allow_credit_doorbells();
+    reader().allow_credit_doorbells();
   }
   void TearDown() override {
     stop_watcher();
@@ -222,6 +224,7 @@ TEST(StreamSendBacklogDoorbellTest, TheReaderRingsOnlyOnceItsSendingSwitched) {
   pair.first->set_control_channel(keep_fd(control[0]), keep_waiting);
   pair.second->set_control_channel(keep_fd(control[1]), keep_waiting);
   pair.first->allow_doorbells();
+  pair.second->allow_credit_doorbells();
   std::vector<uint8_t> data(512 << 10);
   fill_pattern(26, 0, data);
   const ssize_t held = send_bytes(*pair.first, data, 0, false);
@@ -232,6 +235,36 @@ TEST(StreamSendBacklogDoorbellTest, TheReaderRingsOnlyOnceItsSendingSwitched) {
   char byte;
   EXPECT_EQ(recv(control[0], &byte, 1, MSG_DONTWAIT), -1);
   pair.second->allow_doorbells();
+  EXPECT_EQ(recv(control[0], &byte, 1, MSG_DONTWAIT), 1);
+  pair = {};
+  close(control[0]);
+  close(control[1]);
+}
+
+// Before the reader's receiving direction switched it has not read all the
+// writer sent over TCP: a doorbell reaching the writer's socket after its
+// close would reset it and throw that away, so the credit's doorbell waits.
+TEST(StreamSendBacklogDoorbellTest, TheReaderRingsForCreditOnlyOnceItsReceivingSwitched) {
+  StreamSettings settings = small_settings();
+  settings.send_backlog_limit = kSendBacklogLimit;
+  LoopbackStreamPair pair;
+  ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair), 0);
+  int control[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control), 0);
+  auto keep_waiting = [](short) { return ControlVerdict::keep_waiting; };
+  pair.first->set_control_channel(keep_fd(control[0]), keep_waiting);
+  pair.second->set_control_channel(keep_fd(control[1]), keep_waiting);
+  pair.first->allow_doorbells();
+  pair.second->allow_doorbells();
+  std::vector<uint8_t> data(512 << 10);
+  fill_pattern(27, 0, data);
+  const ssize_t held = send_bytes(*pair.first, data, 0, false);
+  ASSERT_GT(held, 64 << 10);
+  std::vector<uint8_t> in(static_cast<size_t>(held));
+  ASSERT_GT(receive_bytes(*pair.second, in, 0, false), 0);
+  char byte;
+  EXPECT_EQ(recv(control[0], &byte, 1, MSG_DONTWAIT), -1);
+  pair.second->allow_credit_doorbells();
   EXPECT_EQ(recv(control[0], &byte, 1, MSG_DONTWAIT), 1);
   pair = {};
   close(control[0]);
