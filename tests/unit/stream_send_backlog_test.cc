@@ -211,9 +211,12 @@ TEST_F(StreamSendBacklogTest, CloseWithoutRoomSaysWhatWasLost) {
   EXPECT_NE(closed.error, 0);
 }
 
-// Before the reader's own sending direction switched, a byte it wrote into
-// TCP would be its application's: the doorbell it owes waits until then.
-TEST(StreamSendBacklogDoorbellTest, TheReaderRingsOnlyOnceItsSendingSwitched) {
+// Which of the reader's two switches its test makes last.
+enum class LastSwitch { sending, receiving };
+
+// A writer holds bytes; the reader frees its ring, and the doorbell its
+// credit owes the writer must wait until the reader's `last` switch.
+void expect_credit_doorbell_waits_for(LastSwitch last, uint32_t seed) {
   StreamSettings settings = small_settings();
   settings.send_backlog_limit = kSendBacklogLimit;
   LoopbackStreamPair pair;
@@ -224,9 +227,13 @@ TEST(StreamSendBacklogDoorbellTest, TheReaderRingsOnlyOnceItsSendingSwitched) {
   pair.first->set_control_channel(keep_fd(control[0]), keep_waiting);
   pair.second->set_control_channel(keep_fd(control[1]), keep_waiting);
   pair.first->allow_doorbells();
-  pair.second->allow_credit_doorbells();
+  const auto switch_reader = [&](LastSwitch which) {
+    if (which == LastSwitch::sending) pair.second->allow_doorbells();
+    else pair.second->allow_credit_doorbells();
+  };
+  switch_reader(last == LastSwitch::sending ? LastSwitch::receiving : LastSwitch::sending);
   std::vector<uint8_t> data(512 << 10);
-  fill_pattern(26, 0, data);
+  fill_pattern(seed, 0, data);
   const ssize_t held = send_bytes(*pair.first, data, 0, false);
   ASSERT_GT(held, 64 << 10);
   // The reader frees the ring: its credit would ring the writer's doorbell.
@@ -234,41 +241,24 @@ TEST(StreamSendBacklogDoorbellTest, TheReaderRingsOnlyOnceItsSendingSwitched) {
   ASSERT_GT(receive_bytes(*pair.second, in, 0, false), 0);
   char byte;
   EXPECT_EQ(recv(control[0], &byte, 1, MSG_DONTWAIT), -1);
-  pair.second->allow_doorbells();
+  switch_reader(last);
   EXPECT_EQ(recv(control[0], &byte, 1, MSG_DONTWAIT), 1);
   pair = {};
   close(control[0]);
   close(control[1]);
 }
 
+// Before the reader's own sending direction switched, a byte it wrote into
+// TCP would be its application's: the doorbell it owes waits until then.
+TEST(StreamSendBacklogDoorbellTest, TheReaderRingsOnlyOnceItsSendingSwitched) {
+  expect_credit_doorbell_waits_for(LastSwitch::sending, 26);
+}
+
 // Before the reader's receiving direction switched it has not read all the
 // writer sent over TCP: a doorbell reaching the writer's socket after its
 // close would reset it and throw that away, so the credit's doorbell waits.
 TEST(StreamSendBacklogDoorbellTest, TheReaderRingsForCreditOnlyOnceItsReceivingSwitched) {
-  StreamSettings settings = small_settings();
-  settings.send_backlog_limit = kSendBacklogLimit;
-  LoopbackStreamPair pair;
-  ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair), 0);
-  int control[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control), 0);
-  auto keep_waiting = [](short) { return ControlVerdict::keep_waiting; };
-  pair.first->set_control_channel(keep_fd(control[0]), keep_waiting);
-  pair.second->set_control_channel(keep_fd(control[1]), keep_waiting);
-  pair.first->allow_doorbells();
-  pair.second->allow_doorbells();
-  std::vector<uint8_t> data(512 << 10);
-  fill_pattern(27, 0, data);
-  const ssize_t held = send_bytes(*pair.first, data, 0, false);
-  ASSERT_GT(held, 64 << 10);
-  std::vector<uint8_t> in(static_cast<size_t>(held));
-  ASSERT_GT(receive_bytes(*pair.second, in, 0, false), 0);
-  char byte;
-  EXPECT_EQ(recv(control[0], &byte, 1, MSG_DONTWAIT), -1);
-  pair.second->allow_credit_doorbells();
-  EXPECT_EQ(recv(control[0], &byte, 1, MSG_DONTWAIT), 1);
-  pair = {};
-  close(control[0]);
-  close(control[1]);
+  expect_credit_doorbell_waits_for(LastSwitch::receiving, 27);
 }
 
 TEST_F(StreamSendBacklogTest, WithoutALimitTheWriterWaitsForTheRing) {
