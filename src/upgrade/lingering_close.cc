@@ -209,12 +209,15 @@ void continue_lingering(const std::shared_ptr<Connection>& connection) {
 }
 
 void drain_after_close(const std::shared_ptr<Connection>& connection, int fd) {
+  // Never upgraded: no doorbell can come.
+  if (connection->stream() == nullptr) return;
   const uint64_t unsent = kernel_unsent(fd);
   if (unsent == 0) return;  // a reset the peer's late doorbell makes costs nothing
   const int copy = next::fcntl(fd, F_DUPFD_CLOEXEC, fd);
   if (copy < 0) return;  // no descriptor to spare: closed now, as before
-  // The FIN goes now, as the application's close would have sent it.
-  next::shutdown(copy, SHUT_WR);
+  // No shutdown: the socket may be another process's too (a forked child's),
+  // and the FIN the copy's close sends follows the queue's bytes, as the
+  // kernel's would have.
   {
     std::lock_guard lock(lingering_mutex);
     add_entry({connection, copy, unsent, Clock::now() + kLingerPatience, true});

@@ -31,8 +31,8 @@ bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd);
 bool any_lingering();
 // The application is closing `fd`, the last number of `connection`'s
 // socket, whose stream has just ended in order: if TCP's send queue still
-// holds bytes, the socket's FIN goes now and a duplicate keeps it open,
-// reading doorbells, until the queue is empty.
+// holds bytes, a duplicate keeps the socket open, reading doorbells, until
+// the queue is empty (the FIN then follows them).
 void drain_after_close(const std::shared_ptr<Connection>& connection, int fd);
 // The timer's step (ConnectionTimer::linger).
 void continue_lingering(const std::shared_ptr<Connection>& connection);
