@@ -19,11 +19,6 @@ using Clock = std::chrono::steady_clock;
 // would leave the agent no time to open the listener first.
 constexpr std::chrono::milliseconds kShortestPlannedDelay{40};
 
-Clock::duration shm_upgrade_delay() {
-  return std::chrono::duration_cast<Clock::duration>(
-      config::process_config().tunables().shm_upgrade_delay);
-}
-
 // The attempt itself, once begun (the phase is negotiating): the client's
 // listener, then the handshake over it.
 void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline deadline) {
@@ -44,6 +39,11 @@ void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline
 }
 
 }  // namespace
+
+std::chrono::steady_clock::duration shm_upgrade_delay() {
+  return std::chrono::duration_cast<Clock::duration>(
+      config::process_config().tunables().shm_upgrade_delay);
+}
 
 int prepare_same_host_offer(uint64_t tcp_socket_inode, ClientListeners& listeners,
                             const char*& reason) {

@@ -9,6 +9,7 @@
 // a handshake, a ring or a wakeup.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 
@@ -17,6 +18,9 @@
 #include "upgrade/upgrade_agent.h"
 
 namespace qpsock::upgrade {
+
+// shm_upgrade_delay, as the configuration gives it.
+std::chrono::steady_clock::duration shm_upgrade_delay();
 
 // Client, in connect() before the SYN: opens the listener of the socket
 // `tcp_socket_inode` now, or plans it in `listeners` for the agent. 0, or

@@ -37,11 +37,6 @@ config::SameHost same_host_path() { return config::process_config().tunables().s
 
 using Clock = std::chrono::steady_clock;
 
-Clock::duration shm_upgrade_delay() {
-  return std::chrono::duration_cast<Clock::duration>(
-      config::process_config().tunables().shm_upgrade_delay);
-}
-
 // Whether the server looks for its client in the worker once
 // shm_upgrade_delay is over, rather than at its first I/O in its own thread.
 bool locates_client_later() {
