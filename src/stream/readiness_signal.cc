@@ -4,12 +4,13 @@
 
 #include <cerrno>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::stream {
 
 int ReadinessSignal::open() {
-  fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  fd_.reset(keep_own_descriptor(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)));
   return fd_.valid() ? 0 : -errno;
 }
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::upgrade {
@@ -44,7 +45,7 @@ int start_agent_thread(const char* name, void* (*entry)(void*), void* argument) 
 }
 
 int HelperWakeup::open() {
-  fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  fd_ = keep_own_descriptor(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   return fd_ >= 0 ? 0 : -errno;
 }
 

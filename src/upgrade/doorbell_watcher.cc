@@ -11,6 +11,7 @@
 
 #include "common/errno_guard.h"
 #include "common/log.h"
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
 #include "upgrade/connection.h"
@@ -57,7 +58,7 @@ void DoorbellWatcher::watch(KeptFd tcp) {
 bool DoorbellWatcher::start_locked() {
   if (running_) return true;
   if (failed_) return false;
-  epoll_fd_ = next::epoll_create1(EPOLL_CLOEXEC);
+  epoll_fd_ = keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC));
   if (epoll_fd_ >= 0 && start_agent_thread("qpsock-doorbell", [] { watcher().run(); }) == 0) {
     running_ = true;
     return true;

@@ -1,5 +1,6 @@
 // Lingering closes: a closed socket's held bytes go on to the peer, then its
 // end of stream and FIN, from the timer thread (tcp_close's orphan socket).
+#include "common/own_descriptor.h"
 #include "upgrade/lingering_close.h"
 
 #include <fcntl.h>
@@ -95,7 +96,7 @@ bool linger_after_close(const std::shared_ptr<Connection>& connection, int fd) {
   // Unread data: TCP resets, and sends nothing more (close_stream does that).
   if (held == 0 || stream->readable_bytes() > 0) return false;
   // Not below fd: the numbers the application gets next stay as they were.
-  const int copy = next::fcntl(fd, F_DUPFD_CLOEXEC, fd);
+  const int copy = keep_own_descriptor(next::fcntl(fd, F_DUPFD_CLOEXEC, fd));
   if (copy < 0) return false;  // no descriptor to spare: close waits, as before
   // Its end of stream follows the held bytes; the FIN waits for the copy's close.
   stream->shutdown_write();
@@ -213,7 +214,7 @@ void drain_after_close(const std::shared_ptr<Connection>& connection, int fd) {
   if (connection->stream() == nullptr) return;
   const uint64_t unsent = kernel_unsent(fd);
   if (unsent == 0) return;  // a reset the peer's late doorbell makes costs nothing
-  const int copy = next::fcntl(fd, F_DUPFD_CLOEXEC, fd);
+  const int copy = keep_own_descriptor(next::fcntl(fd, F_DUPFD_CLOEXEC, fd));
   if (copy < 0) return;  // no descriptor to spare: closed now, as before
   // No shutdown: the socket may be another process's too (a forked child's),
   // and the FIN the copy's close sends follows the queue's bytes, as the

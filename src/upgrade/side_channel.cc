@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::upgrade {
@@ -41,7 +42,8 @@ int wait_for(int fd, short events, Deadline deadline) {
 }  // namespace
 
 int listen_for_upgrade(uint64_t client_socket_inode) {
-  const int fd = next::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int fd =
+      keep_own_descriptor(next::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (fd < 0) return -errno;
   sockaddr_un address;
   const socklen_t length = abstract_address(client_socket_inode, address);
@@ -55,7 +57,7 @@ int listen_for_upgrade(uint64_t client_socket_inode) {
 }
 
 int connect_for_upgrade(uint64_t client_socket_inode) {
-  const int fd = next::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = keep_own_descriptor(next::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd < 0) return -errno;
   sockaddr_un address;
   const socklen_t length = abstract_address(client_socket_inode, address);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
 #include "upgrade/attempt_threads.h"
@@ -140,7 +141,7 @@ void UpgradeAgent::unwatch_locked(const Offer& offer) {
 
 bool UpgradeAgent::start_locked() {
   if (running_) return true;
-  epoll_fd_ = next::epoll_create1(EPOLL_CLOEXEC);
+  epoll_fd_ = keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC));
   if (epoll_fd_ < 0) return false;
   int error = wakeup_.open() < 0 || !watch_locked(wakeup_.fd(), kWakeup) ? -1 : 0;
   if (error == 0) error = start_agent_thread("qpsock-agent", [] { agent().run(); });
@@ -289,7 +290,8 @@ void UpgradeAgent::run() {
 
 // One server came on this host: answer it, then the listeners are done either way.
 void UpgradeAgent::answer_same_host(Offer offer) {
-  const int side_fd = next::accept4(offer.listeners.same_host_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  const int side_fd = keep_own_descriptor(
+      next::accept4(offer.listeners.same_host_fd, nullptr, nullptr, SOCK_CLOEXEC));
   close_listeners(offer.listeners);
   std::shared_ptr<Connection> connection = offer.connection.lock();
   if (side_fd >= 0 && connection != nullptr &&

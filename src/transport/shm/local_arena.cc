@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <new>
 
+#include "common/own_descriptor.h"
+
 namespace qpsock::transport::shm {
 namespace {
 
@@ -26,7 +28,8 @@ uint64_t random_word() {
 int LocalArena::create(const ArenaLayout& layout, std::unique_ptr<LocalArena>& arena) {
   auto made = std::make_unique<LocalArena>();
   made->layout_ = layout;
-  made->memfd_.reset(::memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  made->memfd_.reset(
+      keep_own_descriptor(::memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING)));
   if (!made->memfd_.valid()) return -errno;
   const int fd = made->memfd_.get();
   if (::ftruncate(fd, static_cast<off_t>(layout.size)) != 0) return -errno;

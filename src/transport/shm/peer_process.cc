@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "common/errno_guard.h"
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::transport::shm {
@@ -20,10 +21,10 @@ constexpr size_t kMostPieces = 64;
 }  // namespace
 
 int PeerProcess::open(pid_t pid) {
-  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  const int fd = keep_own_descriptor(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   if (fd < 0) return -errno;
   pid_ = pid;
-  pidfd_.reset(static_cast<int>(fd));
+  pidfd_.reset(fd);
   // A pidfd is close-on-exec from birth.
   return 0;
 }

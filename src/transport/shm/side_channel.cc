@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::transport::shm {
@@ -40,7 +41,7 @@ size_t take_fds(msghdr& message, std::span<UniqueFd> fds, bool& overflow) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(header) + index * sizeof(int), sizeof(int));
       if (count < fds.size())
-        fds[count++].reset(fd);
+        fds[count++].reset(keep_own_descriptor(fd));
       else {
         next::close(fd);
         overflow = true;

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::transport::shm {
@@ -23,9 +24,9 @@ void wake_if_armed(std::atomic<uint32_t>& waiter, int event_fd) {
 }
 
 int Wakeup::open(int pidfd) {
-  event_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  event_fd_.reset(keep_own_descriptor(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)));
   if (!event_fd_.valid()) return -errno;
-  epoll_.reset(next::epoll_create1(EPOLL_CLOEXEC));
+  epoll_.reset(keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC)));
   if (!epoll_.valid()) return -errno;
   for (int fd : {event_fd_.get(), pidfd}) {
     epoll_event interest{};

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 #include "transport/verbs/verbs_library.h"
 
@@ -22,6 +23,7 @@ int create_event_channel(EventChannel& channel) {
   if (!verbs_library_loaded()) return -ELIBACC;
   EventChannel created(verbs_library().rdma_create_event_channel());
   if (created == nullptr) return errno != 0 ? -errno : -ENODEV;
+  if (int error = place_own_descriptor(created->fd); error < 0) return error;
   if (int error = make_nonblocking(created->fd); error < 0) return error;
   channel = std::move(created);
   return 0;

@@ -9,6 +9,7 @@
 
 #include "common/errno_guard.h"
 #include "common/log.h"
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 #include "transport/verbs/cm_events.h"
 #include "transport/verbs/verbs_library.h"
@@ -94,6 +95,7 @@ int VerbsTransport::set_up(const VerbsOptions& requested) {
   domain_ = ProtectionDomain(domain, ProtectionDomainDeleter{});
   completion_channel_.reset(verbs_library().ibv_create_comp_channel(context));
   if (completion_channel_ == nullptr) return errno_or(-ENOMEM);
+  if (int error = place_own_descriptor(completion_channel_->fd); error < 0) return error;
   if (int error = make_nonblocking(completion_channel_->fd); error < 0) return error;
   const int queue_entries = static_cast<int>(options.send_queue_depth +
                                              options.notification_capacity + kSpareReceives);
@@ -174,7 +176,7 @@ int VerbsTransport::post_receives(uint32_t count) {
 }
 
 int VerbsTransport::open_wait_set() {
-  wait_set_.reset(next::epoll_create1(EPOLL_CLOEXEC));
+  wait_set_.reset(keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC)));
   if (!wait_set_.valid()) return -errno;
   for (int fd : {completion_channel_->fd, events_->fd}) {
     epoll_event readable{};

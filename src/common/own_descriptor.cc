@@ -1,0 +1,114 @@
+// keep_own_descriptor: renumbering qpsock's descriptors above the soft limit.
+#include "common/own_descriptor.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include "common/log.h"
+#include "libc/next_symbols.h"
+
+namespace qpsock {
+namespace {
+
+// Soft limits from which we do not raise: a number above them would grow the
+// kernel's descriptor table by megabytes.
+constexpr rlim_t kLargestLiftedLimit = 65536;
+// How far above the soft limit our numbers may go.
+constexpr rlim_t kLiftSpan = 65536;
+// Without room above, the smallest limit under which we keep descriptors.
+constexpr rlim_t kSmallestSharedLimit = 16384;
+
+// Serializes raising and restoring the limit, so that each raise reads the
+// application's own value. Holds the holder's pid: a child forked while
+// another thread held it finds its parent's pid there and takes it over.
+std::atomic<pid_t> lift_holder{0};
+
+class LiftLock {
+ public:
+  LiftLock() {
+    const pid_t self = ::getpid();
+    for (;;) {
+      pid_t expected = 0;
+      if (lift_holder.compare_exchange_weak(expected, self, std::memory_order_acquire)) return;
+      if (expected != 0 && expected != self &&
+          lift_holder.compare_exchange_weak(expected, self, std::memory_order_acquire))
+        return;
+      ::sched_yield();
+    }
+  }
+  ~LiftLock() { lift_holder.store(0, std::memory_order_release); }
+  LiftLock(const LiftLock&) = delete;
+  LiftLock& operator=(const LiftLock&) = delete;
+};
+
+std::atomic<bool> refusal_reported{false};
+
+int refuse(const rlimit& limit, const char* why) {
+  if (!refusal_reported.exchange(true, std::memory_order_relaxed))
+    QPSOCK_LOG(warn,
+               "RLIMIT_NOFILE %llu (hard %llu): %s, so connections stay on TCP meanwhile (a hard "
+               "limit above the soft one gives qpsock descriptors of its own)",
+               static_cast<unsigned long long>(limit.rlim_cur),
+               static_cast<unsigned long long>(limit.rlim_max), why);
+  return -EMFILE;
+}
+
+// Renumbers `fd` to at or above limit.rlim_cur; the new number, or -1 with
+// errno set and `fd` still open.
+int lift(int fd, const rlimit& limit) {
+  const int descriptor_flags = next::fcntl(fd, F_GETFD);
+  if (descriptor_flags < 0) return -1;
+  const rlim_t raised_to =
+      limit.rlim_max - limit.rlim_cur > kLiftSpan ? limit.rlim_cur + kLiftSpan : limit.rlim_max;
+  const rlimit raised{raised_to, limit.rlim_max};
+  if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) return -1;
+  const int moved = next::fcntl(fd, (descriptor_flags & FD_CLOEXEC) != 0 ? F_DUPFD_CLOEXEC : F_DUPFD,
+                                static_cast<int>(limit.rlim_cur));
+  const int dup_error = errno;
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+  errno = dup_error;
+  return moved;
+}
+
+}  // namespace
+
+int place_own_descriptor(int& fd) {
+  const int saved_errno = errno;
+  LiftLock lock;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return refuse(limit, "unreadable");
+  if (static_cast<rlim_t>(fd) >= limit.rlim_cur) return 0;
+  if (limit.rlim_cur < kLargestLiftedLimit && limit.rlim_max > limit.rlim_cur) {
+    const int moved = lift(fd, limit);
+    if (moved >= 0) {
+      next::close(fd);
+      fd = moved;
+      errno = saved_errno;
+      return 0;
+    }
+    const bool range_full = errno == EMFILE;
+    errno = saved_errno;
+    if (range_full) return refuse(limit, "qpsock's descriptors fill the room above the soft limit");
+    // setrlimit refused (a sandbox): share the application's range.
+  }
+  if (limit.rlim_cur < kSmallestSharedLimit)
+    return refuse(limit, "no room above the soft limit for qpsock's descriptors");
+  if (static_cast<rlim_t>(fd) >= limit.rlim_cur / 2)
+    return refuse(limit, "the process holds half of its limit");
+  return 0;
+}
+
+int keep_own_descriptor(int fd) {
+  if (fd < 0) return fd;
+  if (place_own_descriptor(fd) == 0) return fd;
+  next::close(fd);
+  errno = EMFILE;
+  return -1;
+}
+
+}  // namespace qpsock

@@ -1,0 +1,140 @@
+// keep_own_descriptor and place_own_descriptor: qpsock's descriptors leave
+// every number below the soft RLIMIT_NOFILE to the application. Each case
+// runs in a child of its own (EXPECT_EXIT): it changes the process's limits.
+#include "common/own_descriptor.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace qpsock {
+namespace {
+
+// Exits the child with the line that failed, so the parent says which.
+#define REQUIRE(condition) \
+  if (!(condition)) _exit(__LINE__ % 200 + 1)
+
+void set_limits(rlim_t soft, rlim_t hard) {
+  const rlimit limit{soft, hard};
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &limit) == 0);
+}
+
+rlimit limits() {
+  rlimit limit{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  return limit;
+}
+
+bool open_descriptor(int fd) { return fcntl(fd, F_GETFD) >= 0; }
+
+int new_eventfd(int flags = EFD_CLOEXEC) { return eventfd(0, flags); }
+
+TEST(OwnDescriptor, MovesAboveTheSoftLimitAndLeavesTheLimitAsItWas) {
+  EXPECT_EXIT(
+      {
+        set_limits(64, 256);
+        const int opened = new_eventfd();
+        REQUIRE(opened >= 0 && opened < 64);
+        errno = 1234;
+        const int kept = keep_own_descriptor(opened);
+        REQUIRE(kept >= 64 && kept < 256);
+        REQUIRE(errno == 1234);
+        REQUIRE(!open_descriptor(opened));  // the application gets its number back
+        REQUIRE((fcntl(kept, F_GETFD) & FD_CLOEXEC) != 0);
+        REQUIRE(limits().rlim_cur == 64 && limits().rlim_max == 256);
+        // The application's next descriptor is the number it had before.
+        REQUIRE(new_eventfd() == opened);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(OwnDescriptor, KeepsTheCloseOnExecFlagAsItWas) {
+  EXPECT_EXIT(
+      {
+        set_limits(64, 256);
+        const int kept = keep_own_descriptor(new_eventfd(0));
+        REQUIRE(kept >= 64);
+        REQUIRE((fcntl(kept, F_GETFD) & FD_CLOEXEC) == 0);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(OwnDescriptor, RefusesWhenNoRoomAboveASmallLimit) {
+  EXPECT_EXIT(
+      {
+        set_limits(64, 64);
+        const int opened = new_eventfd();
+        errno = 0;
+        REQUIRE(keep_own_descriptor(opened) == -1);
+        REQUIRE(errno == EMFILE);
+        REQUIRE(!open_descriptor(opened));
+        REQUIRE(limits().rlim_cur == 64);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "RLIMIT_NOFILE 64 \\(hard 64\\): no room above");
+}
+
+TEST(OwnDescriptor, RefusesWhenItsRoomAboveIsFull) {
+  EXPECT_EXIT(
+      {
+        set_limits(64, 66);
+        const int first = keep_own_descriptor(new_eventfd());
+        const int second = keep_own_descriptor(new_eventfd());
+        REQUIRE(first >= 64 && second >= 64 && first != second);
+        const int third = new_eventfd();
+        REQUIRE(keep_own_descriptor(third) == -1 && errno == EMFILE);
+        REQUIRE(!open_descriptor(third));
+        REQUIRE(limits().rlim_cur == 64);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "fill the room above the soft limit");
+}
+
+TEST(OwnDescriptor, SharesALargeLimitUntilHalfOfItIsUsed) {
+  EXPECT_EXIT(
+      {
+        set_limits(20000, 20000);
+        const int low = new_eventfd();
+        REQUIRE(keep_own_descriptor(low) == low);
+        const int high = fcntl(low, F_DUPFD_CLOEXEC, 10000);
+        REQUIRE(high >= 10000);
+        REQUIRE(keep_own_descriptor(high) == -1 && errno == EMFILE);
+        REQUIRE(!open_descriptor(high) && open_descriptor(low));
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "holds half of its limit");
+}
+
+TEST(OwnDescriptor, PlacesALibrarysDescriptorInPlaceOrLeavesItOpen) {
+  EXPECT_EXIT(
+      {
+        set_limits(64, 128);
+        int field = new_eventfd();
+        const int before = field;
+        REQUIRE(place_own_descriptor(field) == 0);
+        REQUIRE(field >= 64 && !open_descriptor(before));
+        set_limits(64, 64);
+        int refused = new_eventfd();
+        const int unchanged = refused;
+        REQUIRE(place_own_descriptor(refused) == -EMFILE);
+        REQUIRE(refused == unchanged && open_descriptor(refused));
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(OwnDescriptor, PassesAFailedOpenThrough) {
+  errno = EBADF;
+  EXPECT_EQ(keep_own_descriptor(-1), -1);
+  EXPECT_EQ(errno, EBADF);
+}
+
+}  // namespace
+}  // namespace qpsock
