@@ -477,4 +477,8 @@ void Connection::take_own_bytes_before_close(int fd) {
   stream::take_doorbells(keep_fd(fd));
 }
 
+void Connection::take_doorbells_before_exit(int fd) {
+  if (stream() != nullptr && receiving_switched()) stream::take_doorbells(keep_fd(fd));
+}
+
 }  // namespace qpsock::upgrade

@@ -132,6 +132,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // close sends TCP's FIN, not the reset that unread bytes cause. Bytes of
   // the application's still unread are left: TCP resets for those.
   void take_own_bytes_before_close(int fd);
+  // The same for an _exit, perhaps in a signal handler: no lock, so only the
+  // doorbells, and only once the receiving direction switched.
+  void take_doorbells_before_exit(int fd);
 
   // In a forked child, on its copy of a connection the parent had upgraded:
   // the stream's queue pair, registrations and rings belong to the parent

@@ -243,14 +243,22 @@ void lingering_before_exit(std::chrono::steady_clock::time_point deadline,
       std::lock_guard lock(lingering_mutex);
       entries = lingering();
     }
-    for (const Lingering& entry : entries) deliver(entry);
+    for (const Lingering& entry : entries) {
+      deliver(entry);
+      // The exit closes the copy: a doorbell left unread in it would make
+      // that close a reset, which throws away TCP's send queue.
+      entry.connection->take_own_bytes_before_close(entry.copy);
+    }
     return;
   }
   // _exit, perhaps in a signal handler that interrupted a moment under the
   // lock: only tried, and nothing allocated.
   std::unique_lock lock(lingering_mutex, std::try_to_lock);
   if (!lock.owns_lock()) return;
-  for (const Lingering& entry : lingering()) deliver(entry);
+  for (const Lingering& entry : lingering()) {
+    deliver(entry);
+    entry.connection->take_doorbells_before_exit(entry.copy);
+  }
 }
 
 void lingering_after_fork_in_child() {

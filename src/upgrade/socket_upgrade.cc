@@ -306,7 +306,13 @@ void connections_before_exit(stream::Stream::ExitCall call) {
     // A connection under two fds is visited twice; the second finds nothing to do.
     visit_connections([deadline, call](int fd, Connection& connection) {
       stream::Stream* stream = connection.stream();
-      if (stream == nullptr || stream->deliver_before_exit(deadline, call)) return;
+      if (stream == nullptr) return;
+      if (stream->deliver_before_exit(deadline, call)) {
+        // The exit closes the socket: a doorbell left unread in it would
+        // make that close a reset, which throws away TCP's send queue.
+        connection.take_own_bytes_before_close(fd);
+        return;
+      }
       QPSOCK_LOG(warn, "fd %d: the process ends with written bytes its peer gave no room for: "
                  "resetting the connection, so the peer sees a reset, not an end after a part", fd);
       reset_when_closed(fd);
@@ -320,6 +326,8 @@ void connections_before_exit(stream::Stream::ExitCall call) {
     if (!hold) continue;
     if (stream::Stream* stream = hold->stream(); stream && !stream->deliver_before_exit(deadline, call))
       reset_when_closed(fd);
+    else
+      hold->take_doorbells_before_exit(fd);
     alignas(ConnectionHold) unsigned char kept[sizeof(ConnectionHold)];
     ::new (kept) ConnectionHold(std::move(hold));  // never destroyed: the process is ending
   }
