@@ -27,10 +27,10 @@
 namespace qpsock::upgrade {
 namespace {
 
-Deadline upgrade_deadline() {
-  return std::chrono::steady_clock::now() +
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-             config::process_config().tunables().upgrade_timeout);
+// upgrade_timeout after `from`.
+Deadline upgrade_deadline(std::chrono::steady_clock::time_point from = std::chrono::steady_clock::now()) {
+  return from + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    config::process_config().tunables().upgrade_timeout);
 }
 
 config::SameHost same_host_path() { return config::process_config().tunables().same_host; }
@@ -89,16 +89,10 @@ void locate_client_in_worker(int fd, uint64_t socket_inode, const std::weak_ptr<
   attempt_same_host_upgrade_in_worker(*connection, tcp, socket_inode, client_inode, deadline);
 }
 
-// The server's side, once this process has claimed the attempt (its first
-// I/O, or an epoll set it joined): the client is looked for in the worker.
-void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
-  uint64_t inode = 0;
-  if (socket_inode_of_fd(fd, inode) < 0) {
-    connection->decline("the socket's identity could not be read");
-    return;
-  }
-  const Clock::time_point claimed_at = Clock::now();
-  const Deadline deadline = upgrade_deadline();
+// Queues the worker's look for the client, due the delay after the claim.
+void queue_locating_the_client(int fd, uint64_t inode, const std::shared_ptr<Connection>& connection,
+                               Clock::time_point claimed_at) {
+  const Deadline deadline = upgrade_deadline(claimed_at);
   std::weak_ptr<Connection> weak = connection;
   WorkerJob job;
   job.run = [fd, inode, weak, claimed_at, deadline] {
@@ -108,6 +102,34 @@ void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection)
   job.owner = weak;
   job.waits_on_fabric = false;
   if (!run_in_upgrade_worker(std::move(job))) connection->decline("the upgrade worker could not start");
+}
+
+// The worker's intake of a claim handed over: the number is looked up anew and
+// must still be the socket that was claimed.
+void take_server_claim(const ServerClaim& claim) {
+  std::shared_ptr<Connection> connection = find_connection(claim.fd);
+  uint64_t inode = 0;
+  if (connection == nullptr || connection->role() != config::Role::server ||
+      connection->phase() != UpgradePhase::offered || socket_inode_of_fd(claim.fd, inode) < 0 ||
+      inode != claim.socket_inode)
+    return;
+  queue_locating_the_client(claim.fd, inode, connection, claim.claimed_at);
+}
+
+// The server's side, once this process has claimed the attempt (its first
+// I/O, or an epoll set it joined): the client is looked for in the worker.
+// The claim may come in a signal handler: while the worker runs (it starts at
+// the accept) it is handed over without a lock or an allocation.
+void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
+  uint64_t inode = 0;
+  if (socket_inode_of_fd(fd, inode) < 0) {
+    connection->decline("the socket's identity could not be read");
+    return;
+  }
+  const Clock::time_point claimed_at = Clock::now();
+  if (hand_claim_to_upgrade_worker({fd, inode, claimed_at})) return;
+  // No worker yet (a forked child's first claim): queued, with a lock.
+  queue_locating_the_client(fd, inode, connection, claimed_at);
 }
 
 // The server's side, at its first I/O in this process.
@@ -196,6 +218,12 @@ void offer_server_upgrade(int fd) {
   // Where the peer is, and io_uring, are looked at at the first I/O, in the
   // process that does it.
   attach_connection(fd, std::make_shared<Connection>(config::Role::server));
+  // Started here, where allocating is safe, so that the first I/O's claim
+  // (begin_server_upgrade) never needs to.
+  if (locates_client_later()) {
+    set_server_claim_intake(take_server_claim);
+    start_upgrade_worker();
+  }
 }
 
 void begin_server_upgrade_when_watched(int fd) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <mutex>
 #include <vector>
@@ -30,16 +31,77 @@ struct DueLater {
   }
 };
 
+// Claims handed over without a lock: a bounded multi-producer queue (each
+// cell's sequence says whose turn it is, D. Vyukov's design), drained by the
+// worker alone. A producer interrupted between taking its cell and filling it
+// holds up only the drain, until it returns.
+class ClaimQueue {
+ public:
+  ClaimQueue() { reset(); }
+  // Only while no producer or consumer runs (construction, a forked child).
+  void reset() {
+    for (size_t index = 0; index < kCapacity; ++index)
+      cells_[index].sequence.store(index, std::memory_order_relaxed);
+    enqueue_at_.store(0, std::memory_order_relaxed);
+    dequeue_at_ = 0;
+  }
+  bool push(const ServerClaim& claim) {
+    uint64_t position = enqueue_at_.load(std::memory_order_relaxed);
+    for (;;) {
+      Cell& cell = cells_[position % kCapacity];
+      const uint64_t sequence = cell.sequence.load(std::memory_order_acquire);
+      const auto lag = static_cast<int64_t>(sequence - position);
+      if (lag < 0) return false;  // full
+      if (lag > 0) {
+        position = enqueue_at_.load(std::memory_order_relaxed);
+        continue;
+      }
+      if (enqueue_at_.compare_exchange_weak(position, position + 1, std::memory_order_relaxed)) {
+        cell.claim = claim;
+        cell.sequence.store(position + 1, std::memory_order_release);
+        return true;
+      }
+    }
+  }
+  bool pop(ServerClaim& claim) {
+    Cell& cell = cells_[dequeue_at_ % kCapacity];
+    if (cell.sequence.load(std::memory_order_acquire) != dequeue_at_ + 1) return false;
+    claim = cell.claim;
+    cell.sequence.store(dequeue_at_ + kCapacity, std::memory_order_release);
+    ++dequeue_at_;
+    return true;
+  }
+
+ private:
+  static constexpr size_t kCapacity = 1024;
+  struct Cell {
+    std::atomic<uint64_t> sequence{0};
+    ServerClaim claim;
+  };
+  Cell cells_[kCapacity];
+  std::atomic<uint64_t> enqueue_at_{0};
+  uint64_t dequeue_at_ = 0;  // the worker's
+};
+
+// Whether the worker takes claims: read before the worker itself is touched,
+// so that a signal handler never constructs it.
+std::atomic<bool> claims_taken{false};
+std::atomic<void (*)(const ServerClaim&)> claim_intake{nullptr};
+
 class UpgradeWorker : public HelperLock {
  public:
   bool queue(WorkerJob job);
+  bool start();
+  bool hand(const ServerClaim& claim);
   void run();
   // fork: the child has no worker thread; the jobs queued for it go.
   void forget_after_fork();
 
  private:
   bool start_locked();
+  void take_claims();
 
+  ClaimQueue claims_;
   std::vector<WorkerJob> jobs_;
   HelperWakeup wakeup_;
   // When the worker's sleep ends at the latest (max: it sleeps until
@@ -65,6 +127,12 @@ bool UpgradeWorker::queue(WorkerJob job) {
   return true;
 }
 
+bool UpgradeWorker::start() {
+  prepare_attempt_threads();  // as in queue()
+  std::lock_guard lock(mutex_);
+  return start_locked();
+}
+
 bool UpgradeWorker::start_locked() {
   if (running_) return true;
   if (wakeup_.open() < 0) return false;
@@ -74,11 +142,25 @@ bool UpgradeWorker::start_locked() {
     return false;
   }
   running_ = true;
+  claims_taken.store(true, std::memory_order_release);
   return true;
+}
+
+bool UpgradeWorker::hand(const ServerClaim& claim) {
+  if (!claims_.push(claim)) return false;
+  wakeup_.signal();
+  return true;
+}
+
+void UpgradeWorker::take_claims() {
+  auto* intake = claim_intake.load(std::memory_order_acquire);
+  ServerClaim claim;
+  while (intake != nullptr && claims_.pop(claim)) intake(claim);
 }
 
 void UpgradeWorker::run() {
   for (;;) {
+    take_claims();  // outside the lock: the intake queues jobs
     WorkerJob job;
     int sleep_ms = -1;
     {
@@ -111,6 +193,8 @@ void UpgradeWorker::run() {
 }
 
 void UpgradeWorker::forget_after_fork() {
+  claims_taken.store(false, std::memory_order_relaxed);
+  claims_.reset();
   jobs_.clear();
   wakes_by_ = Clock::time_point::max();
   wakeup_.close();
@@ -120,5 +204,16 @@ void UpgradeWorker::forget_after_fork() {
 }  // namespace
 
 bool run_in_upgrade_worker(WorkerJob job) { return worker().queue(std::move(job)); }
+
+void set_server_claim_intake(void (*intake)(const ServerClaim& claim)) {
+  claim_intake.store(intake, std::memory_order_release);
+}
+
+bool start_upgrade_worker() { return worker().start(); }
+
+bool hand_claim_to_upgrade_worker(const ServerClaim& claim) {
+  if (!claims_taken.load(std::memory_order_acquire)) return false;
+  return worker().hand(claim);
+}
 
 }  // namespace qpsock::upgrade

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -31,7 +32,28 @@ struct WorkerJob {
 };
 
 // Queues `job` for the worker: true, or false if the worker cannot run (the
-// caller then declines the connection itself).
+// caller then declines the connection itself). Locks and allocates.
 bool run_in_upgrade_worker(WorkerJob job);
+
+// A server's claim of its upgrade attempt, made in the application's call on
+// the socket, which may be a signal handler's.
+struct ServerClaim {
+  int fd = -1;
+  uint64_t socket_inode = 0;
+  std::chrono::steady_clock::time_point claimed_at{};
+};
+
+// What the worker does with each claim handed to it, on its own thread (where
+// it may lock and allocate, e.g. queue a job). Set once, before any hand-over.
+void set_server_claim_intake(void (*intake)(const ServerClaim& claim));
+
+// Starts the worker if it does not run yet: true once it runs. Locks and
+// allocates; call it where the application's call may (an accept).
+bool start_upgrade_worker();
+
+// Hands `claim` to the running worker, which passes it to the intake. No
+// lock, no allocation, only atomics and an eventfd write: safe in a signal
+// handler. False if the worker does not run or holds too many claims.
+bool hand_claim_to_upgrade_worker(const ServerClaim& claim);
 
 }  // namespace qpsock::upgrade

@@ -5,6 +5,8 @@
 // connection is gone is dropped. Attempts on the fabric due together run at
 // once, up to kMostAttemptsAtOnce, each on its own thread; same-host ones on
 // the worker's.
+// Claims handed over without a lock reach the intake, in order, on the
+// worker's thread.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -217,6 +219,56 @@ TEST(AttemptThreads, PastTheMostAtOnceTheCallerRunsTheAttemptItself) {
   std::function<void()> later = [] {};
   EXPECT_TRUE(run_attempt_on_own_thread(AttemptKind::client_accept, later));
   EXPECT_TRUE(no_attempts_under_way());
+}
+
+// Claims handed over (from the application's calls, perhaps a signal
+// handler's) reach the intake in order, on the worker's thread, from many
+// threads at once; none is lost.
+std::mutex intake_mutex;
+std::condition_variable intake_changed;
+std::vector<ServerClaim> taken_claims;
+std::vector<std::thread::id> intake_threads;
+
+void record_claim(const ServerClaim& claim) {
+  std::lock_guard lock(intake_mutex);
+  taken_claims.push_back(claim);
+  intake_threads.push_back(std::this_thread::get_id());
+  intake_changed.notify_all();
+}
+
+TEST(UpgradeWorker, ClaimsHandedOverReachTheIntakeOnTheWorkersThread) {
+  set_server_claim_intake(record_claim);
+  ASSERT_TRUE(start_upgrade_worker());
+  constexpr int kThreads = 4, kClaims = 200;
+  std::vector<std::thread> producers;
+  std::atomic<int> refused{0};
+  for (int thread = 0; thread < kThreads; ++thread)
+    producers.emplace_back([thread, &refused] {
+      for (int index = 0; index < kClaims; ++index) {
+        ServerClaim claim;
+        claim.fd = thread;
+        claim.socket_inode = static_cast<uint64_t>(index);
+        // The queue holds 1024: a full one says so, and the claim is given again.
+        while (!hand_claim_to_upgrade_worker(claim)) {
+          refused.fetch_add(1);
+          std::this_thread::yield();
+        }
+      }
+    });
+  for (auto& producer : producers) producer.join();
+  std::unique_lock lock(intake_mutex);
+  ASSERT_TRUE(intake_changed.wait_for(lock, milliseconds{10000}, [] {
+    return taken_claims.size() >= static_cast<size_t>(kThreads * kClaims);
+  })) << taken_claims.size() << " claims taken";
+  EXPECT_EQ(taken_claims.size(), static_cast<size_t>(kThreads * kClaims));
+  // Each producer's claims in the order it gave them.
+  std::vector<uint64_t> next(kThreads, 0);
+  for (const ServerClaim& claim : taken_claims) {
+    ASSERT_GE(claim.fd, 0);
+    ASSERT_LT(claim.fd, kThreads);
+    EXPECT_EQ(claim.socket_inode, next[static_cast<size_t>(claim.fd)]++);
+  }
+  for (std::thread::id id : intake_threads) EXPECT_NE(id, std::this_thread::get_id());
 }
 
 }  // namespace
