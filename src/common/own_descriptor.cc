@@ -20,8 +20,10 @@ namespace {
 constexpr rlim_t kLargestLiftedLimit = 65536;
 // How far above the soft limit our numbers may go.
 constexpr rlim_t kLiftSpan = 65536;
-// Without room above, the smallest limit under which we keep descriptors.
-constexpr rlim_t kSmallestSharedLimit = 16384;
+// Without room above, the smallest limit under which we keep descriptors:
+// 4096, the hard limit a JVM raises its soft one to (MaxFDLimit), is shared;
+// 1024, the limit small clients run under and reach, is not.
+constexpr rlim_t kSmallestSharedLimit = 4096;
 
 // Serializes raising and restoring the limit, so that each raise reads the
 // application's own value. Holds the holder's pid: a child forked while

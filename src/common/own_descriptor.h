@@ -17,7 +17,8 @@
 //   table), qpsock's descriptors count against the application's. qpsock
 //   then keeps one only while the process holds under half its limit (the
 //   number the kernel chose says how many are in use below it), and only
-//   under a limit of at least 16384; otherwise it refuses.
+//   under a limit of at least 4096 (what a JVM raises its soft limit to
+//   under the kernel's default hard one); otherwise it refuses.
 //
 // A refused descriptor is closed; the caller fails its setup with EMFILE and
 // the connection stays on TCP. The first refusal logs one line.

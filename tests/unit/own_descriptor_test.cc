@@ -69,16 +69,29 @@ TEST(OwnDescriptor, KeepsTheCloseOnExecFlagAsItWas) {
 TEST(OwnDescriptor, RefusesWhenNoRoomAboveASmallLimit) {
   EXPECT_EXIT(
       {
-        set_limits(64, 64);
+        set_limits(1024, 1024);  // what `ulimit -n 1024` sets
         const int opened = new_eventfd();
         errno = 0;
         REQUIRE(keep_own_descriptor(opened) == -1);
         REQUIRE(errno == EMFILE);
         REQUIRE(!open_descriptor(opened));
-        REQUIRE(limits().rlim_cur == 64);
+        REQUIRE(limits().rlim_cur == 1024);
         _exit(0);
       },
-      ::testing::ExitedWithCode(0), "RLIMIT_NOFILE 64 \\(hard 64\\): no room above");
+      ::testing::ExitedWithCode(0), "RLIMIT_NOFILE 1024 \\(hard 1024\\): no room above");
+}
+
+// A JVM raises its soft limit to the hard one (MaxFDLimit): 4096 under the
+// kernel's default.
+TEST(OwnDescriptor, SharesTheLimitAJvmRaisesTo) {
+  EXPECT_EXIT(
+      {
+        set_limits(4096, 4096);
+        const int opened = new_eventfd();
+        REQUIRE(keep_own_descriptor(opened) == opened);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(OwnDescriptor, RefusesWhenItsRoomAboveIsFull) {
@@ -100,7 +113,7 @@ TEST(OwnDescriptor, RefusesWhenItsRoomAboveIsFull) {
 TEST(OwnDescriptor, SharesALargeLimitUntilHalfOfItIsUsed) {
   EXPECT_EXIT(
       {
-        set_limits(20000, 20000);
+        set_limits(20000, 20000);  // at least 4096: shared
         const int low = new_eventfd();
         REQUIRE(keep_own_descriptor(low) == low);
         const int high = fcntl(low, F_DUPFD_CLOEXEC, 10000);
