@@ -29,7 +29,9 @@ class StreamReceiveBacklogTest : public ::testing::Test {
   void SetUp() override {
     StreamSettings settings = small_settings();
     settings.receive_backlog_limit = kBacklogLimit;
-    settings.room_patience = std::chrono::microseconds{1000};
+    // Long enough that the look right after the stall always comes before
+    // it, under ASan on a loaded machine too (1 ms did not, in CI).
+    settings.room_patience = std::chrono::microseconds{50000};
     ASSERT_EQ(make_loopback_stream_pair({}, settings, settings, pair_), 0);
     writer().set_room_wanted_handler([this] { ++stalls_; });
   }
@@ -54,7 +56,7 @@ TEST_F(StreamReceiveBacklogTest, AnIdleReadersEngineGivesTheWriterRoomUpToTheLim
   EXPECT_EQ(stalls_, 1);  // one stall, told once
   // Not before the patience: the reader may just be slow.
   EXPECT_TRUE(writer().ask_peer_for_room());
-  std::this_thread::sleep_for(2ms);
+  std::this_thread::sleep_for(60ms);
   EXPECT_FALSE(writer().ask_peer_for_room());
   EXPECT_FALSE(writer().ask_peer_for_room());  // asked once per stall
 
