@@ -209,7 +209,11 @@ void set_server_claim_intake(void (*intake)(const ServerClaim& claim)) {
   claim_intake.store(intake, std::memory_order_release);
 }
 
-bool start_upgrade_worker() { return worker().start(); }
+bool start_upgrade_worker() {
+  // Called at every accept: once it runs, one load, no lock.
+  if (claims_taken.load(std::memory_order_acquire)) return true;
+  return worker().start();
+}
 
 bool hand_claim_to_upgrade_worker(const ServerClaim& claim) {
   if (!claims_taken.load(std::memory_order_acquire)) return false;
