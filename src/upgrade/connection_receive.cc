@@ -39,33 +39,33 @@ size_t total_length(std::span<const iovec> buffers) {
   return total;
 }
 
+// A blocking reader whose number no longer names its socket (the JVM's close
+// idiom: dup2 of a placeholder over it, then a signal to the reader; or a
+// close by another thread). A kernel reader holds its file and would wake
+// with the old socket's bytes or end, or at the signal; qpsock can no longer
+// read that socket, and a sleep until the signal loses any signal that came
+// before it (the peer's FIN after the JVM's shutdown wakes the wait first).
+// So the call ends at once, as interrupted: the result the idiom's signal
+// gives, and one every blocking read may give.
+int released_from_replaced_number() { return -EINTR; }
+
 // Waits until TCP is readable (or a while has passed: another thread may have
-// taken what woke us). -EINTR on a signal.
-//
-// poll(2) looks the fd number up again at every wakeup, unlike a read blocked
-// in the kernel, which holds its file. If the fd no longer is this socket (the
-// JVM's close idiom: dup2 of a placeholder over it), a kernel reader would
-// stay asleep on the old socket until a signal: so do we.
+// taken what woke us). -EINTR on a signal, or once the number no longer is
+// this socket (poll(2) looks the number up again at every wakeup, unlike a
+// read blocked in the kernel).
 //
 // A connection whose upgrade was declined while we waited is also gone from
 // the registry: the next data call on the fd (another thread's) drops it, as
 // it will never switch. The fd is still this socket then, and the caller's
-// reads go on as plain TCP reads; sleeping would hang the reader for good
-// (the server's RDMA attempt declines in the background, seconds after the
-// first I/O, while a reader may well be waiting).
-int sleep_until_signal() {
-  for (;;) {
-    if (next::ppoll(nullptr, 0, nullptr, nullptr) < 0 && errno == EINTR) return -EINTR;
-  }
-}
-
+// reads go on as plain TCP reads (the server's RDMA attempt declines in the
+// background, seconds after the first I/O, while a reader may well be waiting).
 int wait_readable(KeptFd socket, const Connection& connection) {
   pollfd entry{socket.fd, POLLIN, 0};
   if (next::poll(&entry, 1, 50) < 0 && errno == EINTR) return -EINTR;
-  if (!still_kept(socket)) return sleep_until_signal();
+  if (!still_kept(socket)) return released_from_replaced_number();
   if (find_connection(socket.fd).get() == &connection) return 0;
   if (connection.phase() == UpgradePhase::declined && connection.stream() == nullptr) return 0;
-  return sleep_until_signal();
+  return released_from_replaced_number();
 }
 
 ssize_t failed(ssize_t negative_errno) {
@@ -153,15 +153,15 @@ ssize_t Connection::receive_once(KeptFd socket, std::span<const iovec> buffers, 
     std::unique_lock lock(receive_mutex_);
     if (receiving_switched()) continue;
     // Closed by another thread while this one waited: a blocking reader
-    // sleeps until a signal, as a kernel reader stays asleep on the socket
-    // it began with (wait_readable); a non-blocking one finds no fd. The use
-    // ends before any wait: the application's close waits for it.
+    // ends as interrupted (released_from_replaced_number); a non-blocking
+    // one finds no fd. The use ends before any wait: the application's close
+    // waits for it.
     std::optional<FdUse> use;
     use.emplace(socket);
     if (!*use) {
       lock.unlock();
       use.reset();
-      return failed(blocking() ? sleep_until_signal() : -EBADF);
+      return failed(blocking() ? released_from_replaced_number() : -EBADF);
     }
     learn_switch_point_locked();
     if (switch_point_ >= 0 && tcp_received_ == static_cast<uint64_t>(switch_point_)) {
