@@ -27,15 +27,24 @@ namespace {
 
 FdTable& table() { return FdTable::process_table(); }
 
+// The peer's address as accept wrote it for the application, if whole (a
+// getpeername saved); null otherwise.
+const sockaddr* accepted_peer(const sockaddr* address, const socklen_t* length) {
+  if (address == nullptr || length == nullptr) return nullptr;
+  if (address->sa_family == AF_INET && *length >= sizeof(sockaddr_in)) return address;
+  if (address->sa_family == AF_INET6 && *length >= sizeof(sockaddr_in6)) return address;
+  return nullptr;
+}
+
 // A connection accepted from a tracked listener is tracked too.
-int record_accepted(int listener_fd, int accepted) {
+int record_accepted(int listener_fd, int accepted, const sockaddr* address, const socklen_t* length) {
   if (accepted >= 0) {
     FdRecord listener = table().lookup(listener_fd);
     if (listener.tracked()) {
       table().track_new(accepted, listener.kind, listener.family);
       table().inherit_buffer_sizes(listener_fd, accepted);
       ConnectionEndpoints endpoints;
-      read_connection_endpoints(accepted, nullptr, endpoints);
+      read_connection_endpoints(accepted, accepted_peer(address, length), endpoints);
       const config::Decision decision = decide_for_connection(accepted, config::Role::server, endpoints);
       if (decision.action == config::Action::offload) upgrade::offer_server_upgrade(accepted);
       record_connection(accepted, config::Role::server, decision, endpoints);
@@ -111,11 +120,11 @@ int bind(int fd, const sockaddr* address, socklen_t length) {
 int listen(int fd, int backlog) { return next::listen(fd, backlog); }
 
 int accept(int fd, sockaddr* address, socklen_t* length) {
-  return record_accepted(fd, next::accept(fd, address, length));
+  return record_accepted(fd, next::accept(fd, address, length), address, length);
 }
 
 int accept4(int fd, sockaddr* address, socklen_t* length, int flags) {
-  return record_accepted(fd, next::accept4(fd, address, length, flags));
+  return record_accepted(fd, next::accept4(fd, address, length, flags), address, length);
 }
 
 int connect(int fd, const sockaddr* address, socklen_t length) {
