@@ -34,4 +34,6 @@ void after_fork(pid_t result) {
 
 void before_exec() { process_registry().release_all(); }
 
+void before_immediate_exit() { process_registry().release_all(); }
+
 }  // namespace qpsock::stats

@@ -63,5 +63,9 @@ inline void close_connection(Handle handle) { process_registry().close(handle); 
 void before_fork();
 void after_fork(pid_t result);
 void before_exec();
+// _exit and _Exit, perhaps in a signal handler (lock-free: atomics and an
+// unlink): the same as at a normal exit, so that the file does not stay
+// behind for qpsock-stat to remove.
+void before_immediate_exit();
 
 }  // namespace qpsock::stats
