@@ -112,6 +112,11 @@ std::string assign_shm_upgrade_delay(std::string_view text, Tunables& tunables) 
                          [&](microseconds duration) { tunables.shm_upgrade_delay = duration; });
 }
 
+std::string assign_shm_upgrade_bytes(std::string_view text, Tunables& tunables) {
+  return assign_size(text, limits::kSmallestShmUpgradeBytes, limits::kLargestShmUpgradeBytes,
+                     [&](uint64_t bytes) { tunables.shm_upgrade_bytes = bytes; });
+}
+
 std::string assign_same_host(std::string_view text, Tunables& tunables) {
   constexpr SameHost kChoices[] = {SameHost::shm, SameHost::rdma, SameHost::kernel};
   for (SameHost choice : kChoices) {
@@ -146,6 +151,8 @@ constexpr std::array<TunableDescription, kTunableCount> kTunables = {{
      [](const Tunables& tunables) { return format_duration(tunables.rdma_upgrade_delay); }},
     {"shm_upgrade_delay", "QPSOCK_SHM_UPGRADE_DELAY", assign_shm_upgrade_delay,
      [](const Tunables& tunables) { return format_duration(tunables.shm_upgrade_delay); }},
+    {"shm_upgrade_bytes", "QPSOCK_SHM_UPGRADE_BYTES", assign_shm_upgrade_bytes,
+     [](const Tunables& tunables) { return format_size(tunables.shm_upgrade_bytes); }},
     {"same_host", "QPSOCK_SAME_HOST", assign_same_host,
      [](const Tunables& tunables) -> std::string { return same_host_name(tunables.same_host); }},
 }};

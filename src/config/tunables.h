@@ -29,6 +29,8 @@ inline constexpr std::chrono::microseconds kShortestUpgradeTimeout = std::chrono
 inline constexpr std::chrono::microseconds kLongestUpgradeTimeout = std::chrono::seconds{60};
 inline constexpr std::chrono::microseconds kLongestRdmaUpgradeDelay = std::chrono::seconds{10};
 inline constexpr std::chrono::microseconds kLongestShmUpgradeDelay = std::chrono::seconds{10};
+inline constexpr uint64_t kSmallestShmUpgradeBytes = uint64_t{4} << 10;
+inline constexpr uint64_t kLargestShmUpgradeBytes = uint64_t{1} << 30;
 }  // namespace limits
 
 struct Tunables {
@@ -60,7 +62,11 @@ struct Tunables {
   // database backend's transaction) never pays for a side channel, a shared
   // ring and its wakeups that it could not repay. 0: the server meets its
   // client at its first I/O, in the application's thread.
-  std::chrono::microseconds shm_upgrade_delay{0};
+  std::chrono::microseconds shm_upgrade_delay = std::chrono::milliseconds{50};
+  // Within shm_upgrade_delay, a connection that has moved this many bytes
+  // over TCP (each end counts what it sent and received) repays its upgrade
+  // already: it begins now, so that a bulk transfer is not left on TCP.
+  uint64_t shm_upgrade_bytes = uint64_t{1} << 20;
   SameHost same_host = SameHost::shm;
 
   bool operator==(const Tunables&) const = default;

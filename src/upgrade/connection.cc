@@ -16,6 +16,7 @@
 #include "upgrade/doorbell_watcher.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/random_token.h"
+#include "upgrade/socket_upgrade.h"
 
 namespace qpsock::upgrade {
 
@@ -44,6 +45,13 @@ bool Connection::claim_server_attempt() {
   forks_at_claim_.store(before.fork_under_way() ? kForkedWhileClaiming : before.begun,
                         std::memory_order_seq_cst);
   return true;
+}
+
+void Connection::count_offered_tcp_bytes(int fd, ssize_t bytes) {
+  if (bytes <= 0 || phase() != UpgradePhase::offered) return;
+  const auto moved = static_cast<uint64_t>(bytes);
+  const uint64_t before = offered_tcp_bytes_.fetch_add(moved, std::memory_order_relaxed);
+  moved_over_tcp_while_offered(fd, *this, before, before + moved);
 }
 
 bool Connection::forked_since_claimed() const {

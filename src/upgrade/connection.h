@@ -114,6 +114,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Null until established.
   stream::Stream* stream() const { return stream_installed_.load(std::memory_order_acquire); }
 
+  // Bytes this end moved over TCP, both directions, while its upgrade was
+  // still offered (a delayed upgrade begins early once enough moved).
+  uint64_t offered_tcp_bytes() const { return offered_tcp_bytes_.load(std::memory_order_relaxed); }
+
   // FIONREAD / SIOCINQ: the application's bytes waiting to be read.
   int readable_bytes(int fd, int& bytes);
   // SIOCOUTQ / TIOCOUTQ: bytes written and not yet taken by the peer.
@@ -183,6 +187,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   ssize_t send_over_tcp(int fd, std::span<const iovec> data, int flags);
+  // The application's call on `fd` moved `bytes` over TCP: counted while
+  // the upgrade is offered, and socket_upgrade.h told when enough moved.
+  void count_offered_tcp_bytes(int fd, ssize_t bytes);
   // The application's write on TCP, with the send gate held so that the
   // switch never falls inside it and tcp_sent_ is exact: `kernel_send`'s
   // result, or nullopt if the direction switched first.
@@ -263,6 +270,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // one was under way then.
   static constexpr uint64_t kForkedWhileClaiming = ~uint64_t{0};
   std::atomic<uint64_t> forks_at_claim_{0};
+  std::atomic<uint64_t> offered_tcp_bytes_{0};
   std::atomic<stats::Handle> statistics_{0};
   std::atomic<uint64_t> zero_copy_counted_[2] = {};  // [stats::Direction]
   std::atomic<const char*> decline_reason_{nullptr};

@@ -221,6 +221,7 @@ ssize_t Connection::receive_once(KeptFd socket, std::span<const iovec> buffers, 
     if (!peeking) {
       tcp_received_ += static_cast<uint64_t>(got);
       count_received(got, stats::Path::kernel);
+      count_offered_tcp_bytes(fd, got);
     }
     if (got > 0) return got;
   }

@@ -106,15 +106,19 @@ std::optional<ssize_t> Connection::send_by_kernel(int fd, stream::FunctionRef<ss
   }
   prepare_to_send(fd);
   if (sending_switched()) return std::nullopt;
-  return send_through_gate(kernel_send);
+  const std::optional<ssize_t> sent = send_through_gate(kernel_send);
+  if (sent) count_offered_tcp_bytes(fd, *sent);
+  return sent;
 }
 
 ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags) {
   msghdr message{};
   message.msg_iov = const_cast<iovec*>(data.data());
   message.msg_iovlen = data.size();
-  if (const auto sent = send_through_gate([&] { return next::sendmsg(fd, &message, flags); }))
+  if (const auto sent = send_through_gate([&] { return next::sendmsg(fd, &message, flags); })) {
+    count_offered_tcp_bytes(fd, *sent);
     return *sent;
+  }
   return send_over_stream(data, flags, call_blocking(fd, flags, CallDirection::send));
 }
 

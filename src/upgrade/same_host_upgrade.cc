@@ -19,15 +19,10 @@ using Clock = std::chrono::steady_clock;
 // would leave the agent no time to open the listener first.
 constexpr std::chrono::milliseconds kShortestPlannedDelay{40};
 
-// The attempt itself, once begun (the phase is negotiating): the client's
-// listener, then the handshake over it.
-void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline deadline) {
-  const int side_fd = connect_for_upgrade(client_inode);
-  if (side_fd < 0) {
-    QPSOCK_LOG(info, "fd %d: the peer offers no upgrade (%d); stays on TCP", tcp.fd, side_fd);
-    connection.decline("the peer offers no upgrade (no qpsock, or it declined)");
-    return;
-  }
+// The handshake over `side_fd`, connected to the client's listener, once
+// the attempt has begun (the phase is negotiating). Closes side_fd.
+void negotiate(Connection& connection, KeptFd tcp, int side_fd, uint64_t client_inode,
+               Deadline deadline) {
   const int result = run_handshake(connection, tcp, side_fd, client_inode, deadline);
   next::close(side_fd);
   if (result < 0) {
@@ -36,6 +31,27 @@ void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline
     return;
   }
   QPSOCK_LOG(info, "fd %d: upgraded to shared memory", tcp.fd);
+}
+
+// The attempt itself, once begun: the client's listener, then the handshake over it.
+void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline deadline) {
+  const int side_fd = connect_for_upgrade(client_inode);
+  if (side_fd < 0) {
+    QPSOCK_LOG(info, "fd %d: the peer offers no upgrade (%d); stays on TCP", tcp.fd, side_fd);
+    connection.decline("the peer offers no upgrade (no qpsock, or it declined)");
+    return;
+  }
+  negotiate(connection, tcp, side_fd, client_inode, deadline);
+}
+
+// The checks a worker's attempt makes before it begins: false if the
+// process forked meanwhile (then declined) or the attempt is not offered.
+bool begin_in_worker(Connection& connection, const KeptFd& tcp, uint64_t tcp_socket_inode) {
+  return !declined_for_a_fork_since_claimed(connection, tcp.fd) &&
+         !declined_for_a_forked_child(connection, tcp.fd, tcp_socket_inode) &&
+         connection.begin_negotiation() &&  // false if declined meanwhile (passed to another process)
+         !declined_for_a_fork_since_claimed(connection, tcp.fd) &&
+         !declined_for_a_forked_child(connection, tcp.fd, tcp_socket_inode);
 }
 
 }  // namespace
@@ -70,13 +86,21 @@ void attempt_same_host_upgrade_now(int tcp_fd, Connection& connection, uint64_t 
 void attempt_same_host_upgrade_in_worker(Connection& connection, KeptFd tcp,
                                          uint64_t tcp_socket_inode, uint64_t client_inode,
                                          Deadline deadline) {
-  if (declined_for_a_fork_since_claimed(connection, tcp.fd) ||
-      declined_for_a_forked_child(connection, tcp.fd, tcp_socket_inode) ||
-      !connection.begin_negotiation() ||  // declined meanwhile (passed to another process)
-      declined_for_a_fork_since_claimed(connection, tcp.fd) ||
-      declined_for_a_forked_child(connection, tcp.fd, tcp_socket_inode))
+  if (begin_in_worker(connection, tcp, tcp_socket_inode)) attempt(connection, tcp, client_inode, deadline);
+}
+
+void attempt_same_host_upgrade_early(Connection& connection, KeptFd tcp, uint64_t tcp_socket_inode,
+                                     uint64_t client_inode, Deadline deadline) {
+  // The listener first: a client that has not opened it yet (or has no
+  // qpsock) leaves the connection offered, for a later try.
+  const int side_fd = connect_for_upgrade(client_inode);
+  if (side_fd < 0) return;
+  if (!begin_in_worker(connection, tcp, tcp_socket_inode)) {
+    // The client's agent sees the side channel close, and its offer ends.
+    next::close(side_fd);
     return;
-  attempt(connection, tcp, client_inode, deadline);
+  }
+  negotiate(connection, tcp, side_fd, client_inode, deadline);
 }
 
 }  // namespace qpsock::upgrade

@@ -42,4 +42,11 @@ void attempt_same_host_upgrade_in_worker(Connection& connection, KeptFd tcp,
                                          uint64_t tcp_socket_inode, uint64_t client_inode,
                                          Deadline deadline);
 
+// Server, in the upgrade worker before shm_upgrade_delay is over, once the
+// connection moved shm_upgrade_bytes over TCP: the same attempt if the
+// client's listener is there already; otherwise nothing happens (no line,
+// no decline) and the connection stays offered.
+void attempt_same_host_upgrade_early(Connection& connection, KeptFd tcp, uint64_t tcp_socket_inode,
+                                     uint64_t client_inode, Deadline deadline);
+
 }  // namespace qpsock::upgrade

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <new>
 
@@ -37,6 +38,10 @@ config::SameHost same_host_path() { return config::process_config().tunables().s
 
 using Clock = std::chrono::steady_clock;
 
+// How long after its claim the worker first looks for a server's client:
+// the shorter delay, since where the client is is not known before.
+Clock::duration first_look_delay() { return std::min(shm_upgrade_delay(), rdma_upgrade_delay()); }
+
 // Whether the server looks for its client in the worker once
 // shm_upgrade_delay is over, rather than at its first I/O in its own thread.
 bool locates_client_later() {
@@ -58,9 +63,11 @@ void decline_same_host_off(int fd, Connection& connection) {
 // The server's look for its client, in the upgrade worker shm_upgrade_delay
 // after the claim (a connection closed sooner never got here): one on this
 // host is met over AF_UNIX now, any other over rdma_cm rdma_upgrade_delay
-// after the claim.
+// after the claim. An early look (shm_upgrade_bytes moved) only tries a
+// client on this host whose listener is there; the first claim's job does
+// the rest.
 void locate_client_in_worker(int fd, uint64_t socket_inode, const std::weak_ptr<Connection>& weak,
-                             Clock::time_point claimed_at, Deadline deadline) {
+                             Clock::time_point claimed_at, Deadline deadline, bool early) {
   std::shared_ptr<Connection> connection = weak.lock();
   if (connection == nullptr || connection->phase() != UpgradePhase::offered) return;
   uint64_t client_inode = 0;
@@ -77,6 +84,7 @@ void locate_client_in_worker(int fd, uint64_t socket_inode, const std::weak_ptr<
                                             : "the socket's addresses could not be read");
     return;
   }
+  if (early && (!on_this_host || same_host_path() == config::SameHost::kernel)) return;
   if (!on_this_host) {
     queue_server_verbs_upgrade(tcp.fd, socket_inode, local, peer, connection, deadline,
                                claimed_at + rdma_upgrade_delay());
@@ -86,19 +94,23 @@ void locate_client_in_worker(int fd, uint64_t socket_inode, const std::weak_ptr<
     decline_same_host_off(tcp.fd, *connection);
     return;
   }
-  attempt_same_host_upgrade_in_worker(*connection, tcp, socket_inode, client_inode, deadline);
+  if (early)
+    attempt_same_host_upgrade_early(*connection, tcp, socket_inode, client_inode, deadline);
+  else
+    attempt_same_host_upgrade_in_worker(*connection, tcp, socket_inode, client_inode, deadline);
 }
 
-// Queues the worker's look for the client, due the delay after the claim.
+// Queues the worker's look for the client, due the delay after the claim (at
+// once for an early one).
 void queue_locating_the_client(int fd, uint64_t inode, const std::shared_ptr<Connection>& connection,
-                               Clock::time_point claimed_at) {
+                               Clock::time_point claimed_at, bool early) {
   const Deadline deadline = upgrade_deadline(claimed_at);
   std::weak_ptr<Connection> weak = connection;
   WorkerJob job;
-  job.run = [fd, inode, weak, claimed_at, deadline] {
-    locate_client_in_worker(fd, inode, weak, claimed_at, deadline);
+  job.run = [fd, inode, weak, claimed_at, deadline, early] {
+    locate_client_in_worker(fd, inode, weak, claimed_at, deadline, early);
   };
-  job.not_before = claimed_at + std::min(shm_upgrade_delay(), rdma_upgrade_delay());
+  job.not_before = early ? claimed_at : claimed_at + first_look_delay();
   job.owner = weak;
   job.waits_on_fabric = false;
   if (!run_in_upgrade_worker(std::move(job))) connection->decline("the upgrade worker could not start");
@@ -113,7 +125,7 @@ void take_server_claim(const ServerClaim& claim) {
       connection->phase() != UpgradePhase::offered || socket_inode_of_fd(claim.fd, inode) < 0 ||
       inode != claim.socket_inode)
     return;
-  queue_locating_the_client(claim.fd, inode, connection, claim.claimed_at);
+  queue_locating_the_client(claim.fd, inode, connection, claim.claimed_at, claim.early);
 }
 
 // The server's side, once this process has claimed the attempt (its first
@@ -127,9 +139,9 @@ void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection)
     return;
   }
   const Clock::time_point claimed_at = Clock::now();
-  if (hand_claim_to_upgrade_worker({fd, inode, claimed_at})) return;
+  if (hand_claim_to_upgrade_worker({fd, inode, claimed_at}, claimed_at + first_look_delay())) return;
   // No worker yet (a forked child's first claim): queued, with a lock.
-  queue_locating_the_client(fd, inode, connection, claimed_at);
+  queue_locating_the_client(fd, inode, connection, claimed_at, false);
 }
 
 // The server's side, at its first I/O in this process.
@@ -242,6 +254,23 @@ void begin_server_upgrade_when_watched(int fd) {
     begin_server_upgrade(fd, connection);
   else
     begin_server_verbs_upgrade(fd, connection, upgrade_deadline());
+}
+
+void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t before, uint64_t after) {
+  if (!locates_client_later()) return;
+  ErrnoGuard errno_guard;
+  const uint64_t enough = config::process_config().tunables().shm_upgrade_bytes;
+  if (connection.role() == config::Role::client) {
+    // The agent opens a planned listener once it sees the count (upgrade_agent.h).
+    if (before < enough / 2 && after >= enough / 2) wake_upgrade_agent();
+    return;
+  }
+  if (after < enough || std::bit_width(before / enough) == std::bit_width(after / enough)) return;
+  uint64_t inode = 0;
+  if (socket_inode_of_fd(fd, inode) < 0) return;
+  // Dropped if the worker holds too many claims: the first claim's job still comes.
+  const Clock::time_point now = Clock::now();
+  (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);
 }
 
 ConnectionHold connection_for_io(int fd) {

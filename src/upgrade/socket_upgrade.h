@@ -29,6 +29,14 @@ void offer_server_upgrade(int fd);
 // loop's only one.
 void begin_server_upgrade_when_watched(int fd);
 
+// The application's call on `fd` moved bytes over TCP while the upgrade was
+// still offered, bringing this end's count from `before` to `after`. A
+// delayed same-host upgrade begins early for a connection that moves
+// shm_upgrade_bytes: the client opens its listener at half of them, the
+// server tries at each doubling (1, 2, 4... times) until the delay's own
+// attempt. Safe in a signal handler: atomics and an eventfd write.
+void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t before, uint64_t after);
+
 // The Connection a data call on `fd` must go through, or null (a plain
 // socket, or one that stays on TCP). A server's first call tries the upgrade.
 ConnectionHold connection_for_io(int fd);

@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/own_descriptor.h"
+#include "config/config_loader.h"
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
 #include "upgrade/attempt_threads.h"
@@ -47,6 +48,7 @@ constexpr std::chrono::milliseconds kEarlyBy{10};
 class UpgradeAgent : public HelperLock {
  public:
   void offer(Offer offer);
+  void wake() const { wakeup_.signal(); }
   // fork: the child has no agent thread; its copies of the listeners go.
   void forget_after_fork();
   void run();
@@ -168,10 +170,20 @@ void UpgradeAgent::expire_locked(std::vector<Offer>& expired) {
   }
 }
 
+// A planned same-host listener is opened before its time for a connection
+// that has moved half of shm_upgrade_bytes over TCP: its server will try early.
+bool moved_enough_to_listen(const Offer& offer) {
+  if (!offer.listeners.planned_same_host) return false;
+  const std::shared_ptr<Connection> connection = offer.connection.lock();
+  return connection != nullptr &&
+         connection->offered_tcp_bytes() >= config::process_config().tunables().shm_upgrade_bytes / 2;
+}
+
 void UpgradeAgent::take_planned_locked(std::vector<Offer>& due) {
   const auto soon = std::chrono::steady_clock::now() + kEarlyBy;
   for (size_t index = 0; index < offers_.size();) {
-    if (const auto planned = offers_[index].listeners.next_planned(); planned && *planned <= soon) {
+    if (const auto planned = offers_[index].listeners.next_planned();
+        planned && (*planned <= soon || moved_enough_to_listen(offers_[index]))) {
       due.push_back(std::move(offers_[index]));
       offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(index));
     } else {
@@ -359,6 +371,8 @@ void UpgradeAgent::forget_after_fork() {
 }
 
 }  // namespace
+
+void wake_upgrade_agent() { agent().wake(); }
 
 std::optional<std::chrono::steady_clock::time_point> ClientListeners::next_planned() const {
   if (planned_same_host) return planned_same_host;

@@ -49,4 +49,9 @@ struct ClientListeners {
 void offer_upgrade(ClientListeners listeners, int tcp_fd, uint64_t tcp_socket_inode,
                    std::weak_ptr<Connection> connection, Deadline deadline);
 
+// Wakes the agent, which then opens the planned same-host listener of each
+// connection that moved half of shm_upgrade_bytes over TCP. Only once some
+// offer went to the agent; safe in a signal handler (an eventfd write).
+void wake_upgrade_agent();
+
 }  // namespace qpsock::upgrade

@@ -43,7 +43,17 @@ class ClaimQueue {
     for (size_t index = 0; index < kCapacity; ++index)
       cells_[index].sequence.store(index, std::memory_order_relaxed);
     enqueue_at_.store(0, std::memory_order_relaxed);
-    dequeue_at_ = 0;
+    dequeue_at_.store(0, std::memory_order_relaxed);
+  }
+  // Whether the oldest claim is there to pop (the worker's look before it sleeps).
+  bool ready() const {
+    return cells_[dequeue_at_.load(std::memory_order_relaxed) % kCapacity].sequence.load(
+               std::memory_order_acquire) == dequeue_at_.load(std::memory_order_relaxed) + 1;
+  }
+  // Whether over half the cells are taken (the worker should drain them now).
+  bool filling() const {
+    return enqueue_at_.load(std::memory_order_relaxed) - dequeue_at_.load(std::memory_order_relaxed) >
+           kCapacity / 2;
   }
   bool push(const ServerClaim& claim) {
     uint64_t position = enqueue_at_.load(std::memory_order_relaxed);
@@ -64,11 +74,12 @@ class ClaimQueue {
     }
   }
   bool pop(ServerClaim& claim) {
-    Cell& cell = cells_[dequeue_at_ % kCapacity];
-    if (cell.sequence.load(std::memory_order_acquire) != dequeue_at_ + 1) return false;
+    const uint64_t position = dequeue_at_.load(std::memory_order_relaxed);
+    Cell& cell = cells_[position % kCapacity];
+    if (cell.sequence.load(std::memory_order_acquire) != position + 1) return false;
     claim = cell.claim;
-    cell.sequence.store(dequeue_at_ + kCapacity, std::memory_order_release);
-    ++dequeue_at_;
+    cell.sequence.store(position + kCapacity, std::memory_order_release);
+    dequeue_at_.store(position + 1, std::memory_order_relaxed);
     return true;
   }
 
@@ -80,7 +91,7 @@ class ClaimQueue {
   };
   Cell cells_[kCapacity];
   std::atomic<uint64_t> enqueue_at_{0};
-  uint64_t dequeue_at_ = 0;  // the worker's
+  std::atomic<uint64_t> dequeue_at_{0};  // moved by the worker alone
 };
 
 // Whether the worker takes claims: read before the worker itself is touched,
@@ -92,7 +103,7 @@ class UpgradeWorker : public HelperLock {
  public:
   bool queue(WorkerJob job);
   bool start();
-  bool hand(const ServerClaim& claim);
+  bool hand(const ServerClaim& claim, Clock::time_point due);
   void run();
   // fork: the child has no worker thread; the jobs queued for it go.
   void forget_after_fork();
@@ -104,9 +115,14 @@ class UpgradeWorker : public HelperLock {
   ClaimQueue claims_;
   std::vector<WorkerJob> jobs_;
   HelperWakeup wakeup_;
+  Clock::time_point wakes_by() const { return Clock::time_point(Clock::duration(wakes_by_.load())); }
+  void set_wakes_by(Clock::time_point time) { wakes_by_.store(time.time_since_epoch().count()); }
+
   // When the worker's sleep ends at the latest (max: it sleeps until
-  // signalled): a job due no sooner need not wake it.
-  Clock::time_point wakes_by_ = Clock::time_point::max();
+  // signalled; min: it is awake, and takes the claims before it sleeps): a
+  // job or claim due no sooner need not wake it. Atomic, for the claims'
+  // lock-free hand-over.
+  std::atomic<Clock::rep> wakes_by_{Clock::time_point::max().time_since_epoch().count()};
   bool running_ = false;
 };
 
@@ -118,8 +134,8 @@ bool UpgradeWorker::queue(WorkerJob job) {
   prepare_attempt_threads();
   std::lock_guard lock(mutex_);
   if (!start_locked()) return false;
-  if (job.not_before < wakes_by_) {
-    wakes_by_ = job.not_before;
+  if (job.not_before < wakes_by()) {
+    set_wakes_by(job.not_before);
     wakeup_.signal();
   }
   jobs_.push_back(std::move(job));
@@ -146,9 +162,13 @@ bool UpgradeWorker::start_locked() {
   return true;
 }
 
-bool UpgradeWorker::hand(const ServerClaim& claim) {
+bool UpgradeWorker::hand(const ServerClaim& claim, Clock::time_point due) {
   if (!claims_.push(claim)) return false;
-  wakeup_.signal();
+  // Against the worker's store of wakes_by_ and its look at the queue before
+  // it sleeps: one of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // A busy server's claims then cost one wakeup per delay, not one each.
+  if (due < wakes_by() || claims_.filling()) wakeup_.signal();
   return true;
 }
 
@@ -170,13 +190,13 @@ void UpgradeWorker::run() {
         std::pop_heap(jobs_.begin(), jobs_.end(), DueLater{});
         job = std::move(jobs_.back());
         jobs_.pop_back();
-        wakes_by_ = Clock::time_point::min();  // awake: a new job needs no signal
+        set_wakes_by(Clock::time_point::min());  // awake: a new job needs no signal
       } else if (!jobs_.empty()) {
         const auto sleep = std::chrono::ceil<std::chrono::milliseconds>(jobs_.front().not_before - now);
         sleep_ms = static_cast<int>(sleep.count());
-        wakes_by_ = now + sleep;
+        set_wakes_by(now + sleep);
       } else {
-        wakes_by_ = Clock::time_point::max();
+        set_wakes_by(Clock::time_point::max());
       }
     }
     if (job.run) {
@@ -188,6 +208,10 @@ void UpgradeWorker::run() {
         job.run();
       continue;
     }
+    // A claim handed over while wakes_by_ still said awake found no signal
+    // needed: it is taken now.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (claims_.ready()) continue;
     wakeup_.sleep(sleep_ms);
   }
 }
@@ -196,7 +220,7 @@ void UpgradeWorker::forget_after_fork() {
   claims_taken.store(false, std::memory_order_relaxed);
   claims_.reset();
   jobs_.clear();
-  wakes_by_ = Clock::time_point::max();
+  set_wakes_by(Clock::time_point::max());
   wakeup_.close();
   running_ = false;
 }
@@ -215,9 +239,9 @@ bool start_upgrade_worker() {
   return worker().start();
 }
 
-bool hand_claim_to_upgrade_worker(const ServerClaim& claim) {
+bool hand_claim_to_upgrade_worker(const ServerClaim& claim, Clock::time_point due) {
   if (!claims_taken.load(std::memory_order_acquire)) return false;
-  return worker().hand(claim);
+  return worker().hand(claim, due);
 }
 
 }  // namespace qpsock::upgrade

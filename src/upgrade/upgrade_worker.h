@@ -41,6 +41,10 @@ struct ServerClaim {
   int fd = -1;
   uint64_t socket_inode = 0;
   std::chrono::steady_clock::time_point claimed_at{};
+  // A claim made again, before the delay is over, by a connection that
+  // moved enough bytes: tried on this host now, and left to the first
+  // claim's job if the client is not there yet.
+  bool early = false;
 };
 
 // What the worker does with each claim handed to it, on its own thread (where
@@ -51,9 +55,12 @@ void set_server_claim_intake(void (*intake)(const ServerClaim& claim));
 // allocates; call it where the application's call may (an accept).
 bool start_upgrade_worker();
 
-// Hands `claim` to the running worker, which passes it to the intake. No
-// lock, no allocation, only atomics and an eventfd write: safe in a signal
-// handler. False if the worker does not run or holds too many claims.
-bool hand_claim_to_upgrade_worker(const ServerClaim& claim);
+// Hands `claim` to the running worker, which passes it to the intake by
+// `due` (the time its job is due): the worker is woken only if it would
+// sleep past that (or its queue fills), so a busy server's claims cost one
+// wakeup per delay, not one each. No lock, no allocation, only atomics and
+// at most an eventfd write: safe in a signal handler. False if the worker
+// does not run or holds too many claims.
+bool hand_claim_to_upgrade_worker(const ServerClaim& claim, std::chrono::steady_clock::time_point due);
 
 }  // namespace qpsock::upgrade

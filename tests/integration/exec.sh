@@ -26,6 +26,10 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 parse_runners "$@"
 require_tools java env
+# The cases after an upgrade need it before the exec or spawn: met at the
+# first I/O. (With the default delay such a socket is still on TCP then, and
+# simply goes on there: fork_upgrade.sh and fd_passing.sh cover that.)
+export QPSOCK_SHM_UPGRADE_DELAY=0
 for program in exec_probe fd_echo echo_client fork_echo_server; do require_program "$program"; done
 [[ -n "$QPSOCK_JAVA_JAR" && -f "$QPSOCK_JAVA_JAR" ]] ||
   die "the Java test programs are not built (QPSOCK_JAVA_JAR='$QPSOCK_JAVA_JAR'): install a JDK 17 (javac) and re-run cmake"

@@ -5,10 +5,10 @@
 # - Passed before any I/O: under qpsock the connections stay on TCP (the
 #   dispatcher's log says why for each, and neither end upgrades), and the
 #   client's report equals a plain run's.
-# - Passed at once after the dispatcher peeked, with shm_upgrade_delay 50ms
-#   (the peek claims the upgrade, which begins that much later): the
-#   connection stays on TCP and works as plain, as passed before any I/O.
-# - The same with shm_upgrade_delay 0, the default (the peek upgrades the
+# - Passed at once after the dispatcher peeked, with shm_upgrade_delay 50ms,
+#   the default (the peek claims the upgrade, which begins that much later):
+#   the connection stays on TCP and works as plain, as passed before any I/O.
+# - The same with shm_upgrade_delay 0 (the peek upgrades the
 #   connection to shared memory in the dispatcher): the stream cannot follow the socket,
 #   so qpsock resets the connection and says why. The client must fail at
 #   once with ECONNRESET, as from a kernel's reset, and never get a wrong
@@ -97,7 +97,7 @@ else
   cat "$WORK/peek-early.server.log" "$WORK/peek-early.client.log" >&2
 fi
 
-SETTINGS=()
+SETTINGS=(--set shm_upgrade_delay=0)
 run_pair peek qpsock --peek
 if ((CLIENT_STATUS != 0 && CLIENT_STATUS < 124)) && grep -q "Connection reset by peer" "$WORK/peek.client.log"; then
   pass "qpsock, upgraded then passed: the client failed at once with ECONNRESET (exit $CLIENT_STATUS: $(grep -m 1 "^echo_client: connection" "$WORK/peek.client.log"))"

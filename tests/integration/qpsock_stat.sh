@@ -14,6 +14,9 @@ RUNNERS=(qpsock)
 STAT=${QPSOCK_STAT:-$QPSOCK_BINARY_DIR/tools/qpsock-stat/qpsock-stat}
 [[ -x "$STAT" ]] || die "qpsock-stat is missing at $STAT: build the project first"
 export QPSOCK_STAT_DIR=$TEST_TMP/stat
+# Exact offloaded counts need the upgrade before the first byte: met at the
+# first I/O, not shm_upgrade_delay later.
+export QPSOCK_SHM_UPGRADE_DELAY=0
 CLIENT_BYTES=123457
 SERVER_BYTES=654321
 

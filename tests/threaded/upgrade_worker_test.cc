@@ -249,7 +249,7 @@ TEST(UpgradeWorker, ClaimsHandedOverReachTheIntakeOnTheWorkersThread) {
         claim.fd = thread;
         claim.socket_inode = static_cast<uint64_t>(index);
         // The queue holds 1024: a full one says so, and the claim is given again.
-        while (!hand_claim_to_upgrade_worker(claim)) {
+        while (!hand_claim_to_upgrade_worker(claim, std::chrono::steady_clock::now())) {
           refused.fetch_add(1);
           std::this_thread::yield();
         }
@@ -269,6 +269,40 @@ TEST(UpgradeWorker, ClaimsHandedOverReachTheIntakeOnTheWorkersThread) {
     EXPECT_EQ(claim.socket_inode, next[static_cast<size_t>(claim.fd)]++);
   }
   for (std::thread::id id : intake_threads) EXPECT_NE(id, std::this_thread::get_id());
+}
+
+// A claim due after the worker's next wakeup does not wake it (a busy
+// server's claims cost one wakeup per delay), yet is taken at that wakeup,
+// even one handed over just as the worker went to sleep.
+TEST(UpgradeWorker, ClaimsDueLaterAreTakenAtTheNextWakeup) {
+  set_server_claim_intake(record_claim);
+  ASSERT_TRUE(start_upgrade_worker());
+  {
+    std::lock_guard lock(intake_mutex);
+    taken_claims.clear();
+  }
+  constexpr int kClaims = 300;
+  const auto start = std::chrono::steady_clock::now();
+  for (int index = 0; index < kClaims; ++index) {
+    // The worker's next wakeup: a job due shortly (each claim's is later).
+    WorkerJob job;
+    job.run = [] {};
+    job.not_before = std::chrono::steady_clock::now() + milliseconds{5};
+    job.waits_on_fabric = false;
+    ASSERT_TRUE(run_in_upgrade_worker(std::move(job)));
+    ServerClaim claim;
+    claim.fd = 7;
+    claim.socket_inode = static_cast<uint64_t>(index);
+    ASSERT_TRUE(hand_claim_to_upgrade_worker(claim, std::chrono::steady_clock::now() + std::chrono::hours{1}));
+    if (index % 50 == 0) std::this_thread::sleep_for(milliseconds{7});
+  }
+  std::unique_lock lock(intake_mutex);
+  ASSERT_TRUE(intake_changed.wait_for(lock, milliseconds{10000}, [] {
+    return taken_claims.size() >= static_cast<size_t>(kClaims);
+  })) << taken_claims.size() << " claims taken";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds{10});
+  for (int index = 0; index < kClaims; ++index)
+    EXPECT_EQ(taken_claims[static_cast<size_t>(index)].socket_inode, static_cast<uint64_t>(index));
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ TEST(ConfigTunables, Defaults) {
   EXPECT_EQ(defaults.rendezvous_patience, milliseconds{10});
   EXPECT_EQ(defaults.upgrade_timeout, milliseconds{2000});
   EXPECT_EQ(defaults.rdma_upgrade_delay, milliseconds{200});
-  EXPECT_EQ(defaults.shm_upgrade_delay, microseconds{0});
+  EXPECT_EQ(defaults.shm_upgrade_delay, milliseconds{50});
+  EXPECT_EQ(defaults.shm_upgrade_bytes, 1024u * 1024);
   EXPECT_EQ(defaults.same_host, SameHost::shm);
   EXPECT_EQ(tunables_of(""), defaults);
 }
@@ -58,7 +59,7 @@ TEST(ConfigTunables, CatalogueNamesEveryTunableAndItsVariable) {
                                              "rendezvous_patience", "ring_size",
                                              "eager_chunk", "spin_time", "spin_limit", "upgrade_timeout",
                                              "rdma_upgrade_delay", "shm_upgrade_delay",
-                                             "same_host"}));
+                                             "shm_upgrade_bytes", "same_host"}));
 }
 
 TEST(ConfigTunables, InlineSize) {
@@ -196,12 +197,22 @@ TEST(ConfigTunables, ShmUpgradeDelay) {
   EXPECT_EQ(tunables_of("shm_upgrade_delay = 0").shm_upgrade_delay, microseconds{0});
   EXPECT_EQ(tunables_of("shm_upgrade_delay = 50ms").shm_upgrade_delay, milliseconds{50});
   EXPECT_EQ(only_diagnostic("shm_upgrade_delay = 11s"),
-            "t.conf:1: shm_upgrade_delay: '11s' is above the maximum 10s; default 0 kept");
+            "t.conf:1: shm_upgrade_delay: '11s' is above the maximum 10s; default 50ms kept");
   // As rdma_upgrade_delay: the client's offer would be gone before any server came.
   EXPECT_EQ(only_diagnostic("shm_upgrade_delay = 2s\n"),
             "t.conf:1: shm_upgrade_delay: 2s is not shorter than upgrade_timeout 2s, whose end "
             "no upgrade would meet; 1s (half of upgrade_timeout) used");
   EXPECT_EQ(parse("shm_upgrade_delay = 2s\n").config.tunables().shm_upgrade_delay, seconds{1});
+}
+
+TEST(ConfigTunables, ShmUpgradeBytes) {
+  EXPECT_EQ(tunables_of("shm_upgrade_bytes = 256K").shm_upgrade_bytes, 256u * 1024);
+  EXPECT_EQ(tunables_of("shm_upgrade_bytes = 1G").shm_upgrade_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(only_diagnostic("shm_upgrade_bytes = 1K"),
+            "t.conf:1: shm_upgrade_bytes: '1K' is below the minimum 4K; default 1M kept");
+  EXPECT_EQ(only_diagnostic("shm_upgrade_bytes = lots"),
+            "t.conf:1: shm_upgrade_bytes: 'lots' is not a size (expected bytes, or a number with "
+            "K, KiB, M, MiB, G or GiB); default 1M kept");
 }
 
 TEST(ConfigTunables, SameHost) {
