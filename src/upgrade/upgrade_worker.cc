@@ -47,8 +47,9 @@ class ClaimQueue {
   }
   // Whether the oldest claim is there to pop (the worker's look before it sleeps).
   bool ready() const {
+    // seq_cst, as the push's store: see UpgradeWorker::hand.
     return cells_[dequeue_at_.load(std::memory_order_relaxed) % kCapacity].sequence.load(
-               std::memory_order_acquire) == dequeue_at_.load(std::memory_order_relaxed) + 1;
+               std::memory_order_seq_cst) == dequeue_at_.load(std::memory_order_relaxed) + 1;
   }
   // Whether over half the cells are taken (the worker should drain them now).
   bool filling() const {
@@ -68,7 +69,7 @@ class ClaimQueue {
       }
       if (enqueue_at_.compare_exchange_weak(position, position + 1, std::memory_order_relaxed)) {
         cell.claim = claim;
-        cell.sequence.store(position + 1, std::memory_order_release);
+        cell.sequence.store(position + 1, std::memory_order_seq_cst);
         return true;
       }
     }
@@ -163,10 +164,10 @@ bool UpgradeWorker::start_locked() {
 }
 
 bool UpgradeWorker::hand(const ServerClaim& claim, Clock::time_point due) {
+  // The push's store and this load of wakes_by_, the worker's store of
+  // wakes_by_ and its look at the queue before it sleeps, are all seq_cst:
+  // one of the two sides sees the other's store.
   if (!claims_.push(claim)) return false;
-  // Against the worker's store of wakes_by_ and its look at the queue before
-  // it sleeps: one of the two sees the other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   // A busy server's claims then cost one wakeup per delay, not one each.
   if (due < wakes_by() || claims_.filling()) wakeup_.signal();
   return true;
@@ -210,7 +211,6 @@ void UpgradeWorker::run() {
     }
     // A claim handed over while wakes_by_ still said awake found no signal
     // needed: it is taken now.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (claims_.ready()) continue;
     wakeup_.sleep(sleep_ms);
   }
