@@ -28,6 +28,14 @@ std::vector<std::string> as_strings(char* const* envp) {
 class InheritedEnvironmentTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // The runner's own QPSOCK_* variables (QPSOCK_TEST_STAGES in CI) would be
+    // captured as settings too: only the ones set here are counted below.
+    std::vector<std::string> inherited;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      const std::string text = *entry;
+      if (text.rfind("QPSOCK_", 0) == 0) inherited.push_back(text.substr(0, text.find('=')));
+    }
+    for (const std::string& name : inherited) unsetenv(name.c_str());
     setenv("QPSOCK_CONF", "/tmp/example.conf", 1);
     setenv("QPSOCK_LOG_LEVEL", "debug", 1);
     // Not a setting: never handed on as one (the tests below count the settings).
