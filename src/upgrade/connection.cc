@@ -54,6 +54,21 @@ void Connection::count_offered_tcp_bytes(int fd, ssize_t bytes) {
   moved_over_tcp_while_offered(fd, *this, before, before + moved);
 }
 
+void Connection::defer_claim(std::chrono::steady_clock::time_point claimed_at) {
+  // Never 0 (the steady clock starts at boot, long before).
+  deferred_claim_at_.store(std::max<std::chrono::steady_clock::rep>(1, claimed_at.time_since_epoch().count()),
+                           std::memory_order_release);
+}
+
+std::optional<std::chrono::steady_clock::time_point> Connection::take_deferred_claim(
+    std::chrono::steady_clock::time_point due_if_claimed_by) {
+  auto claimed = deferred_claim_at_.load(std::memory_order_acquire);
+  if (claimed == 0 || claimed > due_if_claimed_by.time_since_epoch().count() ||
+      !deferred_claim_at_.compare_exchange_strong(claimed, 0, std::memory_order_acq_rel))
+    return std::nullopt;
+  return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(claimed));
+}
+
 bool Connection::forked_since_claimed() const {
   if (!server_attempt_claimed_.load(std::memory_order_seq_cst)) return false;
   const uint64_t at_claim = forks_at_claim_.load(std::memory_order_seq_cst);

@@ -19,6 +19,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -70,6 +71,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (forked_children.h). Looked at after begin_negotiation: a fork counted
   // later copies a phase that is no longer offered.
   bool forked_since_claimed() const;
+  // A forked child's claim, made before the child has a worker thread of its
+  // own: kept here, and handed to a worker only if the connection still does
+  // I/O once it is due (socket_upgrade.cc), so that a child whose
+  // connection ends sooner (a database backend's one transaction) never
+  // starts a thread for it. Lock-free.
+  void defer_claim(std::chrono::steady_clock::time_point claimed_at);
+  // The deferred claim's time, taken (once) if it was made at or before
+  // `due_if_claimed_by`.
+  std::optional<std::chrono::steady_clock::time_point> take_deferred_claim(
+      std::chrono::steady_clock::time_point due_if_claimed_by);
+  bool has_deferred_claim() const { return deferred_claim_at_.load(std::memory_order_acquire) != 0; }
   // Stays on TCP for good; `reason` (a string literal) goes to qpsock-stat.
   void decline(const char* reason);
   // The same, only if no handshake has begun (a handshake's thread installs
@@ -271,6 +283,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static constexpr uint64_t kForkedWhileClaiming = ~uint64_t{0};
   std::atomic<uint64_t> forks_at_claim_{0};
   std::atomic<uint64_t> offered_tcp_bytes_{0};
+  // steady_clock ticks of a deferred claim; 0: none.
+  std::atomic<std::chrono::steady_clock::rep> deferred_claim_at_{0};
   std::atomic<stats::Handle> statistics_{0};
   std::atomic<uint64_t> zero_copy_counted_[2] = {};  // [stats::Direction]
   std::atomic<const char*> decline_reason_{nullptr};

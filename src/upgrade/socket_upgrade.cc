@@ -140,8 +140,29 @@ void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection)
   }
   const Clock::time_point claimed_at = Clock::now();
   if (hand_claim_to_upgrade_worker({fd, inode, claimed_at}, claimed_at + first_look_delay())) return;
-  // No worker yet (a forked child's first claim): queued, with a lock.
+  if (!upgrade_worker_running()) {
+    // A forked child, which has no worker thread yet: started only for a
+    // connection that lives past the delay (connection_for_io).
+    connection->defer_claim(claimed_at);
+    return;
+  }
+  // The worker holds too many claims: queued, with a lock.
   queue_locating_the_client(fd, inode, connection, claimed_at, false);
+}
+
+// A forked child's deferred claim, once due, at the connection's next I/O
+// (the application's own call: allocating and starting a thread are safe
+// here as at an accept).
+void hand_deferred_claim(int fd, const std::shared_ptr<Connection>& connection) {
+  const std::optional<Clock::time_point> claimed_at =
+      connection->take_deferred_claim(Clock::now() - first_look_delay());
+  if (!claimed_at) return;
+  uint64_t inode = 0;
+  if (socket_inode_of_fd(fd, inode) < 0) {
+    connection->decline("the socket's identity could not be read");
+    return;
+  }
+  queue_locating_the_client(fd, inode, connection, *claimed_at, false);
 }
 
 // The server's side, at its first I/O in this process.
@@ -268,6 +289,12 @@ void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t befor
   if (after < enough || std::bit_width(before / enough) == std::bit_width(after / enough)) return;
   uint64_t inode = 0;
   if (socket_inode_of_fd(fd, inode) < 0) return;
+  // A forked child's claim waits for no delay once the connection streams:
+  // its job is queued now (starting the child's worker), then the early try.
+  if (!upgrade_worker_running() && connection.has_deferred_claim()) {
+    if (const auto claimed_at = connection.take_deferred_claim(Clock::time_point::max()))
+      queue_locating_the_client(fd, inode, connection.shared_from_this(), *claimed_at, false);
+  }
   // Dropped if the worker holds too many claims: the first claim's job still comes.
   const Clock::time_point now = Clock::now();
   (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);
@@ -279,7 +306,10 @@ ConnectionHold connection_for_io(int fd) {
   if (!connection) return connection;
   if (connection->role() == config::Role::server && connection->phase() == UpgradePhase::offered) {
     ErrnoGuard errno_guard;
-    if (connection->claim_server_attempt()) try_server_upgrade(fd, connection.shared());
+    if (connection->claim_server_attempt())
+      try_server_upgrade(fd, connection.shared());
+    else if (connection->has_deferred_claim())
+      hand_deferred_claim(fd, connection.shared());
   }
   if (connection->phase() == UpgradePhase::declined && connection->stream() == nullptr) {
     // Nothing will ever switch: later calls go straight to the kernel.

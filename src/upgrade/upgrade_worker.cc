@@ -239,6 +239,8 @@ bool start_upgrade_worker() {
   return worker().start();
 }
 
+bool upgrade_worker_running() { return claims_taken.load(std::memory_order_acquire); }
+
 bool hand_claim_to_upgrade_worker(const ServerClaim& claim, Clock::time_point due) {
   if (!claims_taken.load(std::memory_order_acquire)) return false;
   return worker().hand(claim, due);

@@ -54,6 +54,8 @@ void set_server_claim_intake(void (*intake)(const ServerClaim& claim));
 // Starts the worker if it does not run yet: true once it runs. Locks and
 // allocates; call it where the application's call may (an accept).
 bool start_upgrade_worker();
+// Whether the worker runs (one load; false in a forked child until it starts its own).
+bool upgrade_worker_running();
 
 // Hands `claim` to the running worker, which passes it to the intake by
 // `due` (the time its job is due): the worker is woken only if it would
