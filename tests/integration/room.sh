@@ -15,8 +15,11 @@ program=$QPSOCK_PROGRAMS_DIR/room_probe
 declare -A room
 for runner in "${RUNNERS[@]}"; do
   for buffers in default 64K; do
-    options=()
-    [[ $buffers == 64K ]] && options=(--sndbuf 65536 --rcvbuf 65536)
+    # The upgrade begins shm_upgrade_delay (50 ms) after the server's first
+    # read: settled before the writer fills the room, which is the upgraded
+    # connection's here.
+    options=(--settle 150)
+    [[ $buffers == 64K ]] && options+=(--sndbuf 65536 --rcvbuf 65536)
     for writer in client server; do
       [[ $writer == server ]] && options+=(--server-writes)
       out=$TEST_TMP/room.$(runner_tag "$runner").$buffers.$writer
