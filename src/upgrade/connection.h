@@ -73,7 +73,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool forked_since_claimed() const;
   // A forked child's claim, made before the child has a worker thread of its
   // own: kept here, and handed to a worker only if the connection still does
-  // I/O once it is due (socket_upgrade.cc), so that a child whose
+  // I/O once it is due, or streams (socket_upgrade.cc), so that a child whose
   // connection ends sooner (a database backend's one transaction) never
   // starts a thread for it. Lock-free.
   void defer_claim(std::chrono::steady_clock::time_point claimed_at);

@@ -154,8 +154,11 @@ void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection)
 // (the application's own call: allocating and starting a thread are safe
 // here as at an accept).
 void hand_deferred_claim(int fd, const std::shared_ptr<Connection>& connection) {
+  // A connection that streams waits for no delay (moved_over_tcp_while_offered).
+  const bool streams =
+      connection->offered_tcp_bytes() >= config::process_config().tunables().shm_upgrade_bytes;
   const std::optional<Clock::time_point> claimed_at =
-      connection->take_deferred_claim(Clock::now() - first_look_delay());
+      connection->take_deferred_claim(streams ? Clock::time_point::max() : Clock::now() - first_look_delay());
   if (!claimed_at) return;
   uint64_t inode = 0;
   if (socket_inode_of_fd(fd, inode) < 0) {
@@ -163,6 +166,10 @@ void hand_deferred_claim(int fd, const std::shared_ptr<Connection>& connection) 
     return;
   }
   queue_locating_the_client(fd, inode, connection, *claimed_at, false);
+  if (streams) {
+    const Clock::time_point now = Clock::now();
+    (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);
+  }
 }
 
 // The server's side, at its first I/O in this process.
@@ -287,14 +294,11 @@ void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t befor
     return;
   }
   if (after < enough || std::bit_width(before / enough) == std::bit_width(after / enough)) return;
+  // A forked child's deferred claim is handed over at the next data call
+  // (hand_deferred_claim), not here under the call's locks.
+  if (!upgrade_worker_running()) return;
   uint64_t inode = 0;
   if (socket_inode_of_fd(fd, inode) < 0) return;
-  // A forked child's claim waits for no delay once the connection streams:
-  // its job is queued now (starting the child's worker), then the early try.
-  if (!upgrade_worker_running() && connection.has_deferred_claim()) {
-    if (const auto claimed_at = connection.take_deferred_claim(Clock::time_point::max()))
-      queue_locating_the_client(fd, inode, connection.shared_from_this(), *claimed_at, false);
-  }
   // Dropped if the worker holds too many claims: the first claim's job still comes.
   const Clock::time_point now = Clock::now();
   (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);

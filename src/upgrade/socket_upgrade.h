@@ -34,8 +34,7 @@ void begin_server_upgrade_when_watched(int fd);
 // delayed same-host upgrade begins early for a connection that moves
 // shm_upgrade_bytes: the client opens its listener at half of them, the
 // server tries at each doubling (1, 2, 4... times) until the delay's own
-// attempt. Safe in a signal handler: atomics and an eventfd write (but for
-// a forked child's first such count, which starts its worker thread).
+// attempt. Safe in a signal handler: atomics and an eventfd write.
 void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t before, uint64_t after);
 
 // The Connection a data call on `fd` must go through, or null (a plain
