@@ -61,6 +61,8 @@ std::chrono::steady_clock::duration shm_upgrade_delay() {
       config::process_config().tunables().shm_upgrade_delay);
 }
 
+uint64_t shm_upgrade_bytes() { return config::process_config().tunables().shm_upgrade_bytes; }
+
 int prepare_same_host_offer(uint64_t tcp_socket_inode, ClientListeners& listeners,
                             const char*& reason) {
   const Clock::duration delay = shm_upgrade_delay();

@@ -19,8 +19,9 @@
 
 namespace qpsock::upgrade {
 
-// shm_upgrade_delay, as the configuration gives it.
+// shm_upgrade_delay and shm_upgrade_bytes, as the configuration gives them.
 std::chrono::steady_clock::duration shm_upgrade_delay();
+uint64_t shm_upgrade_bytes();
 
 // Client, in connect() before the SYN: opens the listener of the socket
 // `tcp_socket_inode` now, or plans it in `listeners` for the agent. 0, or

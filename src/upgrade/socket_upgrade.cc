@@ -150,13 +150,20 @@ void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection)
   queue_locating_the_client(fd, inode, connection, claimed_at, false);
 }
 
+// A claim again, before the delay is over, of a connection that moved
+// shm_upgrade_bytes (the worker runs). Dropped if the worker holds too many
+// claims: the first claim's job still comes.
+void hand_early_claim(int fd, uint64_t inode) {
+  const Clock::time_point now = Clock::now();
+  (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);
+}
+
 // A forked child's deferred claim, once due, at the connection's next I/O
 // (the application's own call: allocating and starting a thread are safe
 // here as at an accept).
 void hand_deferred_claim(int fd, const std::shared_ptr<Connection>& connection) {
   // A connection that streams waits for no delay (moved_over_tcp_while_offered).
-  const bool streams =
-      connection->offered_tcp_bytes() >= config::process_config().tunables().shm_upgrade_bytes;
+  const bool streams = connection->offered_tcp_bytes() >= shm_upgrade_bytes();
   const std::optional<Clock::time_point> claimed_at =
       connection->take_deferred_claim(streams ? Clock::time_point::max() : Clock::now() - first_look_delay());
   if (!claimed_at) return;
@@ -166,10 +173,7 @@ void hand_deferred_claim(int fd, const std::shared_ptr<Connection>& connection) 
     return;
   }
   queue_locating_the_client(fd, inode, connection, *claimed_at, false);
-  if (streams) {
-    const Clock::time_point now = Clock::now();
-    (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);
-  }
+  if (streams) hand_early_claim(fd, inode);
 }
 
 // The server's side, at its first I/O in this process.
@@ -285,23 +289,24 @@ void begin_server_upgrade_when_watched(int fd) {
 }
 
 void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t before, uint64_t after) {
+  // Called at every TCP transfer while offered: the count's crossings first.
+  const uint64_t enough = shm_upgrade_bytes();
+  const bool client = connection.role() == config::Role::client;
+  if (client ? !(before < enough / 2 && after >= enough / 2)
+             : after < enough || std::bit_width(before / enough) == std::bit_width(after / enough))
+    return;
   if (!locates_client_later()) return;
   ErrnoGuard errno_guard;
-  const uint64_t enough = config::process_config().tunables().shm_upgrade_bytes;
-  if (connection.role() == config::Role::client) {
+  if (client) {
     // The agent opens a planned listener once it sees the count (upgrade_agent.h).
-    if (before < enough / 2 && after >= enough / 2) wake_upgrade_agent();
+    wake_upgrade_agent();
     return;
   }
-  if (after < enough || std::bit_width(before / enough) == std::bit_width(after / enough)) return;
   // A forked child's deferred claim is handed over at the next data call
   // (hand_deferred_claim), not here under the call's locks.
   if (!upgrade_worker_running()) return;
   uint64_t inode = 0;
-  if (socket_inode_of_fd(fd, inode) < 0) return;
-  // Dropped if the worker holds too many claims: the first claim's job still comes.
-  const Clock::time_point now = Clock::now();
-  (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);
+  if (socket_inode_of_fd(fd, inode) == 0) hand_early_claim(fd, inode);
 }
 
 ConnectionHold connection_for_io(int fd) {

@@ -14,12 +14,12 @@
 
 #include "common/log.h"
 #include "common/own_descriptor.h"
-#include "config/config_loader.h"
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
 #include "upgrade/attempt_threads.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
+#include "upgrade/same_host_upgrade.h"
 #include "upgrade/socket_identity.h"
 #include "upgrade/verbs_upgrade.h"
 
@@ -176,7 +176,7 @@ bool moved_enough_to_listen(const Offer& offer) {
   if (!offer.listeners.planned_same_host) return false;
   const std::shared_ptr<Connection> connection = offer.connection.lock();
   return connection != nullptr &&
-         connection->offered_tcp_bytes() >= config::process_config().tunables().shm_upgrade_bytes / 2;
+         connection->offered_tcp_bytes() >= shm_upgrade_bytes() / 2;
 }
 
 void UpgradeAgent::take_planned_locked(std::vector<Offer>& due) {
