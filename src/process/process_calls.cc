@@ -37,7 +37,7 @@ void on_library_load() {
 
 void exit_immediately(ImmediateExit call, int status) {
   upgrade::connections_before_exit(stream::Stream::ExitCall::underscore_exit);
-  stats::before_immediate_exit();
+  stats::before_image_ends();
   if (call == ImmediateExit::underscore_capital_exit) next::_Exit(status);
   next::_exit(status);
   __builtin_unreachable();
@@ -79,7 +79,7 @@ enum class NewProgram : uint8_t {
 class ProgramStart {
  public:
   ProgramStart(char* const* envp, NewProgram start) : environment_(envp, settled(start)) {
-    if (start != NewProgram::starts_beside_it) stats::before_exec();
+    if (start != NewProgram::starts_beside_it) stats::before_image_ends();
   }
   char* const* environment() const { return environment_.get(); }
 

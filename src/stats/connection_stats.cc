@@ -32,8 +32,6 @@ void after_fork(pid_t result) {
   }
 }
 
-void before_exec() { process_registry().release_all(); }
-
-void before_immediate_exit() { process_registry().release_all(); }
+void before_image_ends() { process_registry().release_all(); }
 
 }  // namespace qpsock::stats

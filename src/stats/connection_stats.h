@@ -59,13 +59,12 @@ inline void add_reference(Handle handle) { process_registry().add_reference(hand
 // close(2) of one fd on the connection; the last fd of the last process frees the slot.
 inline void close_connection(Handle handle) { process_registry().close(handle); }
 
-// Around fork(2) (the fork wrapper) and before exec.
+// Around fork(2) (the fork wrapper).
 void before_fork();
 void after_fork(pid_t result);
-void before_exec();
-// _exit and _Exit, perhaps in a signal handler (lock-free: atomics and an
-// unlink): the same as at a normal exit, so that the file does not stay
-// behind for qpsock-stat to remove.
-void before_immediate_exit();
+// Before exec, _exit or _Exit (perhaps in a signal handler: lock-free,
+// atomics and an unlink): what a normal exit does, so that the file does not
+// stay behind for qpsock-stat to remove.
+void before_image_ends();
 
 }  // namespace qpsock::stats
