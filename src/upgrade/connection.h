@@ -71,11 +71,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (forked_children.h). Looked at after begin_negotiation: a fork counted
   // later copies a phase that is no longer offered.
   bool forked_since_claimed() const;
-  // A forked child's claim, made before the child has a worker thread of its
-  // own: kept here, and handed to a worker only if the connection still does
-  // I/O once it is due, or streams (socket_upgrade.cc), so that a child whose
-  // connection ends sooner (a database backend's one transaction) never
-  // starts a thread for it. Lock-free.
+  // A claim made before the process has a worker thread (a forked child, or
+  // the process's first connection): kept here, and handed to a worker only
+  // if the connection still does I/O once it is due, or streams
+  // (socket_upgrade.cc), so that a process whose connection ends sooner (a
+  // database backend's one transaction) never starts a thread for it.
+  // Lock-free.
   void defer_claim(std::chrono::steady_clock::time_point claimed_at);
   // The deferred claim's time, taken (once) if it was made at or before
   // `due_if_claimed_by`.

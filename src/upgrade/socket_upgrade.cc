@@ -4,9 +4,12 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <new>
+#include <optional>
+#include <vector>
 
 #include "common/errno_guard.h"
 #include "common/log.h"
@@ -55,6 +58,15 @@ bool met_on_this_host(int fd, uint64_t& client_inode) {
   return same_host_path() != config::SameHost::rdma && find_peer_socket_inode(fd, client_inode) == 0;
 }
 
+// io_uring reads and writes sockets behind qpsock's back: true (declined,
+// with its line) if this process uses it.
+bool declined_for_io_uring(int fd, Connection& connection) {
+  if (!process_uses_io_uring()) return false;
+  QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
+  connection.decline("the process uses io_uring");
+  return true;
+}
+
 void decline_same_host_off(int fd, Connection& connection) {
   QPSOCK_LOG(info, "fd %d: same-host upgrades are off; stays on TCP", fd);
   connection.decline("same-host upgrades are off (same_host = kernel)");
@@ -70,6 +82,8 @@ void locate_client_in_worker(int fd, uint64_t socket_inode, const std::weak_ptr<
                              Clock::time_point claimed_at, Deadline deadline, bool early) {
   std::shared_ptr<Connection> connection = weak.lock();
   if (connection == nullptr || connection->phase() != UpgradePhase::offered) return;
+  // The worker runs in the process that claimed the attempt.
+  if (declined_for_io_uring(fd, *connection)) return;
   uint64_t client_inode = 0;
   bool on_this_host = false;
   sockaddr_storage local{}, peer{};
@@ -128,24 +142,32 @@ void take_server_claim(const ServerClaim& claim) {
   queue_locating_the_client(claim.fd, inode, connection, claim.claimed_at, claim.early);
 }
 
+// Whether this process has done I/O on a connection it accepted (claimed an
+// attempt), rather than leave that to forked children.
+std::atomic<bool> serves_own_connections{false};
+
 // The server's side, once this process has claimed the attempt (its first
 // I/O, or an epoll set it joined): the client is looked for in the worker.
-// The claim may come in a signal handler: while the worker runs (it starts at
-// the accept) it is handed over without a lock or an allocation.
+// The claim may come in a signal handler: while the worker runs (started at
+// an accept once this process has claimed an attempt) it is handed over
+// without a lock or an allocation; before, it is kept in the Connection.
 void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
+  const Clock::time_point claimed_at = Clock::now();
+  if (!upgrade_worker_running()) {
+    // No worker thread yet (a forked child, or this process's first
+    // connection): started only for a connection that lives past the delay
+    // (connection_for_io), which reads the socket's identity then. The
+    // process's next accept starts it.
+    serves_own_connections.store(true, std::memory_order_relaxed);
+    connection->defer_claim(claimed_at);
+    return;
+  }
   uint64_t inode = 0;
   if (socket_inode_of_fd(fd, inode) < 0) {
     connection->decline("the socket's identity could not be read");
     return;
   }
-  const Clock::time_point claimed_at = Clock::now();
   if (hand_claim_to_upgrade_worker({fd, inode, claimed_at}, claimed_at + first_look_delay())) return;
-  if (!upgrade_worker_running()) {
-    // A forked child, which has no worker thread yet: started only for a
-    // connection that lives past the delay (connection_for_io).
-    connection->defer_claim(claimed_at);
-    return;
-  }
   // The worker holds too many claims: queued, with a lock.
   queue_locating_the_client(fd, inode, connection, claimed_at, false);
 }
@@ -158,36 +180,57 @@ void hand_early_claim(int fd, uint64_t inode) {
   (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);
 }
 
-// A forked child's deferred claim, once due, at the connection's next I/O
-// (the application's own call: allocating and starting a thread are safe
-// here as at an accept).
+// Takes `connection`'s deferred claim (begin_server_upgrade) if it was made
+// by `claimed_by`, and queues the worker's look for its client: true if
+// queued, with the socket's inode in `inode`.
+bool queue_deferred_claim(int fd, const std::shared_ptr<Connection>& connection, Clock::time_point claimed_by,
+                          uint64_t& inode) {
+  const std::optional<Clock::time_point> claimed_at = connection->take_deferred_claim(claimed_by);
+  if (!claimed_at) return false;
+  if (socket_inode_of_fd(fd, inode) < 0) {
+    connection->decline("the socket's identity could not be read");
+    return false;
+  }
+  queue_locating_the_client(fd, inode, connection, *claimed_at, false);
+  return true;
+}
+
+// A deferred claim, once due, at the connection's next I/O (the
+// application's own call: allocating and starting a thread are safe here as
+// at an accept).
 void hand_deferred_claim(int fd, const std::shared_ptr<Connection>& connection) {
   // A connection that streams waits for no delay (moved_over_tcp_while_offered).
   const bool streams = connection->offered_tcp_bytes() >= shm_upgrade_bytes();
-  const std::optional<Clock::time_point> claimed_at =
-      connection->take_deferred_claim(streams ? Clock::time_point::max() : Clock::now() - first_look_delay());
-  if (!claimed_at) return;
   uint64_t inode = 0;
-  if (socket_inode_of_fd(fd, inode) < 0) {
-    connection->decline("the socket's identity could not be read");
-    return;
+  if (queue_deferred_claim(fd, connection, streams ? Clock::time_point::max() : Clock::now() - first_look_delay(),
+                           inode) &&
+      streams)
+    hand_early_claim(fd, inode);
+}
+
+// The claims this process's connections deferred while it had no worker,
+// once it has one: each due as its own claim said.
+void hand_claims_deferred_until_the_worker() {
+  std::vector<int> deferred;
+  visit_connections([&deferred](int fd, Connection& connection) {
+    if (connection.has_deferred_claim()) deferred.push_back(fd);
+  });
+  for (const int fd : deferred) {
+    uint64_t inode = 0;
+    if (const std::shared_ptr<Connection> connection = find_connection(fd))
+      queue_deferred_claim(fd, connection, Clock::time_point::max(), inode);
   }
-  queue_locating_the_client(fd, inode, connection, *claimed_at, false);
-  if (streams) hand_early_claim(fd, inode);
 }
 
 // The server's side, at its first I/O in this process.
 void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
-  // Checked here, in the process that does the I/O (a forked child may differ).
-  if (process_uses_io_uring()) {
-    QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
-    connection->decline("the process uses io_uring");
-    return;
-  }
+  // io_uring is looked for when the attempt begins (locate_client_in_worker).
   if (locates_client_later()) {
     begin_server_upgrade(fd, connection);
     return;
   }
+  // Checked here, in the process that does the I/O (a forked child may differ).
+  if (declined_for_io_uring(fd, *connection)) return;
   uint64_t client_inode = 0;
   if (met_on_this_host(fd, client_inode)) {
     if (same_host_path() == config::SameHost::kernel)
@@ -208,11 +251,7 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
   // it carries the reason to qpsock-stat, and the first data call drops it.
   auto connection = std::make_shared<Connection>(config::Role::client);
   attach_connection(fd, connection);
-  if (process_uses_io_uring()) {
-    QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
-    connection->decline("the process uses io_uring");
-    return;
-  }
+  if (declined_for_io_uring(fd, *connection)) return;
   const config::SameHost same_host = same_host_path();
   const bool on_this_host = is_local_address(destination, length);
   if (on_this_host && same_host == config::SameHost::kernel) {
@@ -259,15 +298,20 @@ void withdraw_upgrade(int fd) {
 
 void offer_server_upgrade(int fd) {
   ErrnoGuard errno_guard;
-  // Where the peer is, and io_uring, are looked at at the first I/O, in the
-  // process that does it.
+  // The client is looked for from the first I/O on, in the process that
+  // does it (and io_uring, when the attempt begins).
   attach_connection(fd, std::make_shared<Connection>(config::Role::server));
+  if (!locates_client_later()) return;
+  set_server_claim_intake(take_server_claim);
   // Started here, where allocating is safe, so that the first I/O's claim
-  // (begin_server_upgrade) never needs to.
-  if (locates_client_later()) {
-    set_server_claim_intake(take_server_claim);
-    start_upgrade_worker();
-  }
+  // (begin_server_upgrade) never needs to; but only in a process that does
+  // its connections' I/O itself. A server that forks a child per connection
+  // (PostgreSQL, sshd) never does: it stays single-threaded, and each fork
+  // stays as cheap as without qpsock (glibc's fork locks and copies more,
+  // and the child faults in more pages, once a process has a second thread).
+  if (serves_own_connections.load(std::memory_order_relaxed) && !upgrade_worker_running() &&
+      start_upgrade_worker())
+    hand_claims_deferred_until_the_worker();
 }
 
 void begin_server_upgrade_when_watched(int fd) {
@@ -280,7 +324,8 @@ void begin_server_upgrade_when_watched(int fd) {
   uint64_t client_inode = 0;
   // A client on this host is met at the first I/O, in the application's thread.
   if (!locates_client_later() && met_on_this_host(fd, client_inode)) return;
-  if (process_uses_io_uring()) return;  // declined, with its line, at the first I/O
+  // Declined, with its line, when the attempt begins.
+  if (!locates_client_later() && process_uses_io_uring()) return;
   if (!connection->claim_server_attempt()) return;
   if (locates_client_later())
     begin_server_upgrade(fd, connection);
@@ -302,7 +347,7 @@ void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t befor
     wake_upgrade_agent();
     return;
   }
-  // A forked child's deferred claim is handed over at the next data call
+  // A deferred claim (no worker yet) is handed over at the next data call
   // (hand_deferred_claim), not here under the call's locks.
   if (!upgrade_worker_running()) return;
   uint64_t inode = 0;
@@ -384,7 +429,9 @@ void connections_before_exec(InheritedStreamsMarker& inherited) {
 void connections_after_fork_in_child() {
   if (!any_connections() && !any_lingering()) return;
   ErrnoGuard errno_guard;
-  lingering_after_fork_in_child();
+  // Only if listed: a forking server's every child would otherwise make the
+  // list and take its lock, copying their pages.
+  if (any_lingering()) lingering_after_fork_in_child();
   if (!any_connections()) return;
   visit_connections([](int, Connection& connection) { connection.abandon_inherited_stream(); });
 }

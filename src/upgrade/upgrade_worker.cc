@@ -37,13 +37,19 @@ struct DueLater {
 // holds up only the drain, until it returns.
 class ClaimQueue {
  public:
-  ClaimQueue() { reset(); }
-  // Only while no producer or consumer runs (construction, a forked child).
-  void reset() {
+  ClaimQueue() {
     for (size_t index = 0; index < kCapacity; ++index)
       cells_[index].sequence.store(index, std::memory_order_relaxed);
-    enqueue_at_.store(0, std::memory_order_relaxed);
-    dequeue_at_.store(0, std::memory_order_relaxed);
+  }
+  // Forgets every claim, as if popped, writing only their cells: a forked
+  // child's write to each untouched page would copy it (a fork-per-connection
+  // server pays that at every connection). Only while no producer or
+  // consumer runs (a forked child).
+  void drop_all() {
+    const uint64_t end = enqueue_at_.load(std::memory_order_relaxed);
+    for (uint64_t position = dequeue_at_.load(std::memory_order_relaxed); position != end; ++position)
+      cells_[position % kCapacity].sequence.store(position + kCapacity, std::memory_order_relaxed);
+    dequeue_at_.store(end, std::memory_order_relaxed);
   }
   // Whether the oldest claim is there to pop (the worker's look before it sleeps).
   bool ready() const {
@@ -90,9 +96,11 @@ class ClaimQueue {
     std::atomic<uint64_t> sequence{0};
     ServerClaim claim;
   };
-  Cell cells_[kCapacity];
+  // The counters first, on the page that the worker's other state and its
+  // lock share (what fork touches), the cells after.
   std::atomic<uint64_t> enqueue_at_{0};
   std::atomic<uint64_t> dequeue_at_{0};  // moved by the worker alone
+  Cell cells_[kCapacity];
 };
 
 // Whether the worker takes claims: read before the worker itself is touched,
@@ -113,7 +121,6 @@ class UpgradeWorker : public HelperLock {
   bool start_locked();
   void take_claims();
 
-  ClaimQueue claims_;
   std::vector<WorkerJob> jobs_;
   HelperWakeup wakeup_;
   Clock::time_point wakes_by() const { return Clock::time_point(Clock::duration(wakes_by_.load())); }
@@ -125,6 +132,8 @@ class UpgradeWorker : public HelperLock {
   // lock-free hand-over.
   std::atomic<Clock::rep> wakes_by_{Clock::time_point::max().time_since_epoch().count()};
   bool running_ = false;
+  // Last: its cells span pages that fork need not touch.
+  ClaimQueue claims_;
 };
 
 UpgradeWorker& worker() { return fork_aware_instance<UpgradeWorker>(); }
@@ -218,7 +227,7 @@ void UpgradeWorker::run() {
 
 void UpgradeWorker::forget_after_fork() {
   claims_taken.store(false, std::memory_order_relaxed);
-  claims_.reset();
+  claims_.drop_all();
   jobs_.clear();
   set_wakes_by(Clock::time_point::max());
   wakeup_.close();
@@ -234,7 +243,7 @@ void set_server_claim_intake(void (*intake)(const ServerClaim& claim)) {
 }
 
 bool start_upgrade_worker() {
-  // Called at every accept: once it runs, one load, no lock.
+  // Called at accepts: once it runs, one load, no lock.
   if (claims_taken.load(std::memory_order_acquire)) return true;
   return worker().start();
 }

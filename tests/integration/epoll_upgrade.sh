@@ -147,14 +147,16 @@ else
   fail "python asyncio: failed or differs from its plain run"
 fi
 
-# Idle: one upgraded connection waiting in epoll_wait costs no CPU.
+# Idle: one upgraded connection waiting in epoll_wait costs no CPU. Upgraded
+# at the first I/O (no delay): with the delay, a process's only connection
+# upgrades at its first I/O after it, here the pong.
 PORT=$((PORT + 1))
-"$RUN" --library "$LIBRARY" --log-level info --log-file "$WORK/idle.server.log" -- \
+"$RUN" --library "$LIBRARY" --log-level info --set shm_upgrade_delay=0 --log-file "$WORK/idle.server.log" -- \
   "$PROGRAMS/epoll_echo_server" -m edge -n 1 "$PORT" >/dev/null 2>&1 &
 idle_server=$!
 PIDS+=("$idle_server")
 wait_port "$PORT"
-(echo ping; sleep 3; echo pong) | timeout 20 "$RUN" --library "$LIBRARY" --log-level info \
+(echo ping; sleep 3; echo pong) | timeout 20 "$RUN" --library "$LIBRARY" --log-level info --set shm_upgrade_delay=0 \
   --log-file "$WORK/idle.client.log" -- socat - "TCP:127.0.0.1:$PORT" >"$WORK/idle.out" &
 idle_client=$!
 PIDS+=("$idle_client")

@@ -11,7 +11,7 @@
 # pair whose processes fork children mid-stream (the children inherit the
 # upgraded socket, one execs and one exits) must go on intact, and so must a
 # pair whose processes take a SIGALRM every 50 µs; and a pair
-# whose client has set up an io_uring must stay on TCP. Last,
+# whose processes have set up an io_uring must stay on TCP. Last,
 # SO_RCVBUF/SO_SNDBUF must bound an upgraded stream as they bound TCP.
 # usage: shm_upgrade.sh [BYTES]    (root: it makes a network namespace)
 set -Eeuo pipefail
@@ -159,12 +159,16 @@ if ((grown >= 2 * MIXED_BYTES)); then
 else
   fail "io_uring client: only $grown IP bytes for $((2 * MIXED_BYTES)) payload bytes"
 fi
-if grep -q "uses io_uring" "$WORK/io-uring-client.client.log"; then
-  pass "io_uring client log: stays on TCP because of io_uring"
-else
-  fail "io_uring client log does not say why it stayed on TCP"
-  cat "$WORK/io-uring-client.client.log" >&2
-fi
+# Both ends set one up: the client looks at its connect, the server when its
+# attempt begins (in its upgrade worker).
+for end in client server; do
+  if grep -q "uses io_uring" "$WORK/io-uring-client.$end.log"; then
+    pass "io_uring $end log: stays on TCP because of io_uring"
+  else
+    fail "io_uring $end log does not say why it stayed on TCP"
+    cat "$WORK/io-uring-client.$end.log" >&2
+  fi
+done
 
 # SO_RCVBUF and SO_SNDBUF are honoured on the stream, as TCP honours them: a
 # reader that stops reading holds up a writer after about that many bytes.
