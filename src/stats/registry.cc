@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <climits>
 #include <cstring>
 #include <ctime>
@@ -40,6 +42,18 @@ void store_endpoint(const sockaddr* address, uint8_t& family, uint16_t& port, ui
   }
 }
 
+// The private memory of a view: the references, then the held bits.
+size_t references_bytes(uint32_t slot_count) {
+  return (slot_count * sizeof(std::atomic<uint32_t>) + 7) / 8 * 8;
+}
+size_t private_bytes(uint32_t slot_count) {
+  return references_bytes(slot_count) + (slot_count + 63) / 64 * sizeof(std::atomic<uint64_t>);
+}
+
+void set_held(std::atomic<uint64_t>* held, uint32_t index) {
+  held[index / 64].fetch_or(uint64_t{1} << (index % 64), std::memory_order_relaxed);
+}
+
 // Slots [0, used_slots) have ever been claimed: raises the mark to index + 1.
 void note_used(format::FileHeader& header, uint32_t index) {
   uint32_t used = header.used_slots.load(std::memory_order_relaxed);
@@ -58,7 +72,7 @@ Registry::~Registry() {
   for (View& view : views_) {
     if (!view.mapped_here) continue;
     unmap_stats_file(view.file);
-    munmap(view.references, view.slot_count * sizeof(std::atomic<uint32_t>));
+    munmap(view.references, private_bytes(view.slot_count));
   }
 }
 
@@ -105,12 +119,12 @@ int Registry::create_own_view() {
   View* view = free_view >= 0 ? &views_[free_view] : nullptr;
   void* references = MAP_FAILED;
   if (view != nullptr && have_directory) {
-    references = mmap(nullptr, slot_count_ * sizeof(std::atomic<uint32_t>), PROT_READ | PROT_WRITE,
+    references = mmap(nullptr, private_bytes(slot_count_), PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   }
   if (references == MAP_FAILED ||
       !create_stats_file(directory, identify_this_process(), slot_count_, view->file)) {
-    if (references != MAP_FAILED) munmap(references, slot_count_ * sizeof(std::atomic<uint32_t>));
+    if (references != MAP_FAILED) munmap(references, private_bytes(slot_count_));
     QPSOCK_LOG(info, "connection statistics are off: no statistics file in %s (%s)",
                have_directory ? directory : "any runtime directory",
                view == nullptr ? "too many inherited files" : strerror(errno));
@@ -119,6 +133,8 @@ int Registry::create_own_view() {
   }
   view->slot_count = slot_count_;
   view->references = static_cast<std::atomic<uint32_t>*>(references);
+  view->held = reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(references) +
+                                                         references_bytes(slot_count_));
   view->cursor.store(0, std::memory_order_relaxed);
   view->mapped_here = true;
   current_pid();
@@ -158,6 +174,7 @@ Handle Registry::open(const sockaddr* local, const sockaddr* peer, Role role, Pa
     slot.users[0].store(current_pid(), std::memory_order_relaxed);
     copy_text(slot.decision, sizeof(slot.decision), decision);
     write_reason(slot, reason);
+    set_held(view.held, index);
     view.references[index].store(1, std::memory_order_relaxed);
     note_used(header, index);
     slot.state.store(format::make_state(generation, format::SlotState::open), std::memory_order_release);
@@ -195,7 +212,9 @@ Path Registry::path(Handle handle) const {
 
 void Registry::add_reference(Handle handle) {
   if (find(handle) != nullptr) {
-    views_[view_of(handle)].references[handle_index(handle)].fetch_add(1, std::memory_order_relaxed);
+    View& view = views_[view_of(handle)];
+    set_held(view.held, handle_index(handle));
+    view.references[handle_index(handle)].fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -210,6 +229,10 @@ void Registry::drop_reference(View& view, uint32_t index) {
     if ((count & ~kForkMark) == 0) return;  // nothing held (after exec failed, say)
   } while (!references.compare_exchange_weak(count, count - 1, std::memory_order_acq_rel));
   if (((count - 1) & ~kForkMark) != 0) return;
+  // Another thread's dup may have raised the count again: its bit stays.
+  const uint64_t bit = uint64_t{1} << (index % 64);
+  view.held[index / 64].fetch_and(~bit, std::memory_order_relaxed);
+  if (references.load(std::memory_order_relaxed) != 0) set_held(view.held, index);
   format::Slot& slot = format::slots_of(view.file.mapping)[index];
   leave(slot, slot.state.load(std::memory_order_acquire));
 }
@@ -241,6 +264,18 @@ void Registry::free_if_unused(format::Slot& slot, uint64_t state) {
   slot.state.compare_exchange_strong(state, freed, std::memory_order_acq_rel);
 }
 
+template <typename Visit>
+void Registry::visit_held(const View& view, Visit visit) {
+  const uint32_t words = (view.slot_count + 63) / 64;
+  for (uint32_t word = 0; word < words; ++word) {
+    uint64_t bits = view.held[word].load(std::memory_order_relaxed);
+    while (bits != 0) {
+      visit(word * 64 + static_cast<uint32_t>(std::countr_zero(bits)));
+      bits &= bits - 1;
+    }
+  }
+}
+
 void Registry::before_fork() {
   // Two threads forking at once: only the first marks; the other's child
   // keeps counting bytes but is not listed as a user.
@@ -248,11 +283,11 @@ void Registry::before_fork() {
   for (View& view : views_) {
     if (view.file.mapping == nullptr || view.references == nullptr) continue;
     format::Slot* slots = format::slots_of(view.file.mapping);
-    for (uint32_t index = 0; index < view.slot_count; ++index) {
-      if (view.references[index].load(std::memory_order_relaxed) == 0) continue;
+    visit_held(view, [&](uint32_t index) {
+      if (view.references[index].load(std::memory_order_relaxed) == 0) return;
       slots[index].pending_forks.fetch_add(1, std::memory_order_acq_rel);
       view.references[index].fetch_or(kForkMark, std::memory_order_relaxed);
-    }
+    });
   }
 }
 
@@ -261,13 +296,13 @@ void Registry::after_fork_in_parent(bool fork_failed) {
   for (View& view : views_) {
     if (view.file.mapping == nullptr || view.references == nullptr) continue;
     format::Slot* slots = format::slots_of(view.file.mapping);
-    for (uint32_t index = 0; index < view.slot_count; ++index) {
-      if ((view.references[index].load(std::memory_order_relaxed) & kForkMark) == 0) continue;
+    visit_held(view, [&](uint32_t index) {
+      if ((view.references[index].load(std::memory_order_relaxed) & kForkMark) == 0) return;
       view.references[index].fetch_and(~kForkMark, std::memory_order_relaxed);
-      if (!fork_failed) continue;  // the child takes the mark off the slot
+      if (!fork_failed) return;  // the child takes the mark off the slot
       slots[index].pending_forks.fetch_sub(1, std::memory_order_acq_rel);
       free_if_unused(slots[index], slots[index].state.load(std::memory_order_acquire));
-    }
+    });
   }
   forking_.store(false, std::memory_order_release);
 }
@@ -284,15 +319,15 @@ void Registry::after_fork_in_child() {
   for (View& view : views_) {
     if (view.file.mapping == nullptr || view.references == nullptr) continue;
     format::Slot* slots = format::slots_of(view.file.mapping);
-    for (uint32_t index = 0; index < view.slot_count; ++index) {
+    visit_held(view, [&](uint32_t index) {
       const uint32_t count = view.references[index].load(std::memory_order_relaxed);
-      if ((count & kForkMark) == 0) continue;
+      if ((count & kForkMark) == 0) return;
       view.references[index].store(count & ~kForkMark, std::memory_order_relaxed);
       format::Slot& slot = slots[index];
       if ((count & ~kForkMark) != 0) join(slot);
       slot.pending_forks.fetch_sub(1, std::memory_order_acq_rel);
       if ((count & ~kForkMark) == 0) free_if_unused(slot, slot.state.load(std::memory_order_acquire));
-    }
+    });
   }
 }
 
@@ -301,17 +336,20 @@ void Registry::release_all() {
   const int own = own_view_.exchange(kUnavailable, std::memory_order_acq_rel);
   for (View& view : views_) {
     if (view.file.mapping == nullptr || view.references == nullptr) continue;
-    for (uint32_t index = 0; index < view.slot_count; ++index) {
-      if ((view.references[index].load(std::memory_order_relaxed) & ~kForkMark) == 0) continue;
+    visit_held(view, [&](uint32_t index) {
+      if ((view.references[index].load(std::memory_order_relaxed) & ~kForkMark) == 0) return;
       view.references[index].store(1, std::memory_order_relaxed);
       drop_reference(view, index);
-    }
+    });
   }
   if (own < 0) return;
-  // Our file goes, unless a child still holds a row in it.
+  // Our file goes, unless a child still holds a row in it (only slots ever
+  // claimed can be open).
   View& view = views_[own];
   const format::Slot* slots = format::slots_of(view.file.mapping);
-  for (uint32_t index = 0; index < view.slot_count; ++index) {
+  const uint32_t used =
+      std::min(format::header_of(view.file.mapping)->used_slots.load(std::memory_order_acquire), view.slot_count);
+  for (uint32_t index = 0; index < used; ++index) {
     if (format::state_of(slots[index].state.load(std::memory_order_acquire)) == format::SlotState::open)
       return;
   }

@@ -126,6 +126,10 @@ class Registry {
     uint32_t slot_count = 0;
     // This process's references per slot (private memory: a child gets a copy).
     std::atomic<uint32_t>* references = nullptr;
+    // A bit per slot, set while this process may hold references to it (in
+    // the same mapping, after `references`): fork and exit visit only these,
+    // not every slot (a forking server forks at each connection).
+    std::atomic<uint64_t>* held = nullptr;
     std::atomic<uint32_t> cursor{0};  // next-fit: a freed slot is reused as late as possible
     bool mapped_here = false;          // by this object (tests unmap it)
   };
@@ -138,6 +142,9 @@ class Registry {
   // Frees the slot if no process uses it and no fork child is entering it.
   void free_if_unused(format::Slot& slot, uint64_t state);
   void drop_reference(View& view, uint32_t index);
+  // Calls visit(index) for each slot of `view` whose bit in `held` is set.
+  template <typename Visit>
+  static void visit_held(const View& view, Visit visit);
 
   View views_[kViews];
   std::atomic<int> own_view_{kNoFile};
