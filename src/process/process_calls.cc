@@ -55,7 +55,7 @@ pid_t fork() {
     transport::verbs::verbs_library_after_fork_in_child();
     // The child's address space pins nothing; the parent's registrations it
     // inherits are never released here (Connection::abandon_inherited_stream).
-    transport::verbs::process_pin_budget().reset();
+    transport::verbs::reset_process_pin_budget_in_child();
   }
   upgrade::fork_finished(result);
   stats::after_fork(result);

@@ -14,6 +14,9 @@
 namespace qpsock::transport::verbs {
 namespace {
 
+// process_pin_budget's, once made.
+std::atomic<PinBudget*> made_budget{nullptr};
+
 constinit __attribute__((tls_model("initial-exec"))) thread_local PinningScope* current_scope =
     nullptr;
 
@@ -57,8 +60,16 @@ void PinBudget::release(uint64_t bytes) {
 PinBudget& process_pin_budget() {
   // Never destroyed: registrations may end from exit handlers after static destructors.
   alignas(PinBudget) static unsigned char storage[sizeof(PinBudget)];
-  static PinBudget* const instance = ::new (storage) PinBudget(pinning_limit);
+  static PinBudget* const instance = [] {
+    auto* made = ::new (storage) PinBudget(pinning_limit);
+    made_budget.store(made, std::memory_order_release);
+    return made;
+  }();
   return *instance;
+}
+
+void reset_process_pin_budget_in_child() {
+  if (PinBudget* budget = made_budget.load(std::memory_order_acquire)) budget->reset();
 }
 
 PinningScope::PinningScope(uint64_t bytes, PinBudget& budget) : budget_(budget) {

@@ -31,7 +31,10 @@ class PinBudget {
   void release(uint64_t bytes);
   uint64_t committed() const { return committed_.load(std::memory_order_acquire); }
   // In a forked child: its address space pins nothing yet.
-  void reset() { committed_.store(0, std::memory_order_release); }
+  void reset() {
+    // No write when there is nothing to forget (a forked child's page stays shared).
+    if (committed_.load(std::memory_order_relaxed) != 0) committed_.store(0, std::memory_order_release);
+  }
 
  private:
   LimitSource limit_;
@@ -41,6 +44,9 @@ class PinBudget {
 // This process's budget: RLIMIT_MEMLOCK's soft limit, none with
 // CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK.
 PinBudget& process_pin_budget();
+// A forked child's: its address space pins nothing. Makes no budget where
+// none was made.
+void reset_process_pin_budget_in_child();
 // The bytes this process may pin (RLIMIT_MEMLOCK's soft limit); nullopt
 // with CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK.
 std::optional<uint64_t> pinning_limit();

@@ -97,8 +97,11 @@ const VerbsLibrary& verbs_library() { return functions; }
 void verbs_library_after_fork_in_child() {
   // Only the forking thread came along: a thread loading in the parent did
   // not, and the child would wait for it.
+  // Looked at first: a compare-exchange writes even when it fails, and the
+  // write would copy the page (at every fork of a forking server).
   LoadState loading = LoadState::loading;
-  load_state.compare_exchange_strong(loading, LoadState::not_loaded, std::memory_order_acq_rel);
+  if (load_state.load(std::memory_order_acquire) == loading)
+    load_state.compare_exchange_strong(loading, LoadState::not_loaded, std::memory_order_acq_rel);
 }
 
 }  // namespace qpsock::transport::verbs
