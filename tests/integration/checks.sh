@@ -37,6 +37,16 @@ trap cleanup EXIT
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 pass() { echo "ok: $*" >&2; }
+# log_says LOG PATTERN WHAT: passes WHAT if LOG has a line matching PATTERN;
+# else fails, showing the log.
+log_says() {
+  if grep -q "$2" "$1"; then
+    pass "$3"
+  else
+    fail "$3: no '$2' in $1"
+    cat "$1" >&2
+  fi
+}
 # listening PORT: something listens on TCP PORT (IPv4) here.
 listening() {
   awk -v port="$(printf '%04X' "$1")" '$4 == "0A" { split($2, a, ":"); if (a[2] == port) found = 1 }

@@ -109,12 +109,7 @@ else
   fail "the kernel's TCP/IP carried $grown bytes of $((2 * BYTES))"
 fi
 for side in server client; do
-  if grep -q "upgraded to shared memory" "$WORK/both-qpsock.$side.log"; then
-    pass "$side log: upgraded to shared memory"
-  else
-    fail "$side log does not show the upgrade"
-    cat "$WORK/both-qpsock.$side.log" >&2
-  fi
+  log_says "$WORK/both-qpsock.$side.log" "upgraded to shared memory" "$side log: upgraded to shared memory"
 done
 
 MIXED_BYTES=$((BYTES < 67108864 ? BYTES : 67108864))
@@ -162,12 +157,7 @@ fi
 # Both ends set one up: the client looks at its connect, the server when its
 # attempt begins (in its upgrade worker).
 for end in client server; do
-  if grep -q "uses io_uring" "$WORK/io-uring-client.$end.log"; then
-    pass "io_uring $end log: stays on TCP because of io_uring"
-  else
-    fail "io_uring $end log does not say why it stayed on TCP"
-    cat "$WORK/io-uring-client.$end.log" >&2
-  fi
+  log_says "$WORK/io-uring-client.$end.log" "uses io_uring" "io_uring $end log: stays on TCP because of io_uring"
 done
 
 # SO_RCVBUF and SO_SNDBUF are honoured on the stream, as TCP honours them: a
