@@ -132,9 +132,10 @@ int Registry::create_own_view() {
     return -1;
   }
   view->slot_count = slot_count_;
-  view->references = static_cast<std::atomic<uint32_t>*>(references);
+  // held before references: the fork steps look at a view once references is set.
   view->held = reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(references) +
                                                          references_bytes(slot_count_));
+  view->references = static_cast<std::atomic<uint32_t>*>(references);
   view->cursor.store(0, std::memory_order_relaxed);
   view->mapped_here = true;
   current_pid();
@@ -213,8 +214,10 @@ Path Registry::path(Handle handle) const {
 void Registry::add_reference(Handle handle) {
   if (find(handle) != nullptr) {
     View& view = views_[view_of(handle)];
-    set_held(view.held, handle_index(handle));
+    // Counted first: a last reference dropped meanwhile then keeps its bit
+    // (drop_reference), or this sets it again.
     view.references[handle_index(handle)].fetch_add(1, std::memory_order_relaxed);
+    set_held(view.held, handle_index(handle));
   }
 }
 
@@ -229,10 +232,13 @@ void Registry::drop_reference(View& view, uint32_t index) {
     if ((count & ~kForkMark) == 0) return;  // nothing held (after exec failed, say)
   } while (!references.compare_exchange_weak(count, count - 1, std::memory_order_acq_rel));
   if (((count - 1) & ~kForkMark) != 0) return;
-  // Another thread's dup may have raised the count again: its bit stays.
-  const uint64_t bit = uint64_t{1} << (index % 64);
-  view.held[index / 64].fetch_and(~bit, std::memory_order_relaxed);
-  if (references.load(std::memory_order_relaxed) != 0) set_held(view.held, index);
+  // The bit goes only with nothing left: a slot marked for a fork keeps it,
+  // for the fork's later steps to visit (in the parent and the child).
+  if (count - 1 == 0) {
+    view.held[index / 64].fetch_and(~(uint64_t{1} << (index % 64)), std::memory_order_relaxed);
+    // Another thread's dup or a fork's mark may have come meanwhile.
+    if (references.load(std::memory_order_relaxed) != 0) set_held(view.held, index);
+  }
   format::Slot& slot = format::slots_of(view.file.mapping)[index];
   leave(slot, slot.state.load(std::memory_order_acquire));
 }
@@ -266,6 +272,7 @@ void Registry::free_if_unused(format::Slot& slot, uint64_t state) {
 
 template <typename Visit>
 void Registry::visit_held(const View& view, Visit visit) {
+  if (view.held == nullptr) return;
   const uint32_t words = (view.slot_count + 63) / 64;
   for (uint32_t word = 0; word < words; ++word) {
     uint64_t bits = view.held[word].load(std::memory_order_relaxed);
@@ -287,6 +294,9 @@ void Registry::before_fork() {
       if (view.references[index].load(std::memory_order_relaxed) == 0) return;
       slots[index].pending_forks.fetch_add(1, std::memory_order_acq_rel);
       view.references[index].fetch_or(kForkMark, std::memory_order_relaxed);
+      // Marked, so visited after the fork even if its last reference went
+      // just before the mark (and took the bit).
+      set_held(view.held, index);
     });
   }
 }
