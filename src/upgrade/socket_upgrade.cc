@@ -191,13 +191,15 @@ bool queue_deferred_claim(int fd, const std::shared_ptr<Connection>& connection,
     connection->decline("the socket's identity could not be read");
     return false;
   }
+  // Without a lock or an allocation while the worker runs.
+  if (hand_claim_to_upgrade_worker({fd, inode, *claimed_at}, *claimed_at + first_look_delay())) return true;
   queue_locating_the_client(fd, inode, connection, *claimed_at, false);
   return true;
 }
 
-// A deferred claim, once due, at the connection's next I/O (the
-// application's own call: allocating and starting a thread are safe here as
-// at an accept).
+// A deferred claim, once due, at the connection's next I/O. Where no worker
+// runs yet, this starts it, which allocates: a signal handler whose data call
+// comes here while its thread is in malloc would deadlock (docs/upgrade-protocol.md).
 void hand_deferred_claim(int fd, const std::shared_ptr<Connection>& connection) {
   // A connection that streams waits for no delay (moved_over_tcp_while_offered).
   const bool streams = connection->offered_tcp_bytes() >= shm_upgrade_bytes();
