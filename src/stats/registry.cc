@@ -50,8 +50,14 @@ size_t private_bytes(uint32_t slot_count) {
   return references_bytes(slot_count) + (slot_count + 63) / 64 * sizeof(std::atomic<uint64_t>);
 }
 
+uint64_t held_bit(uint32_t index) { return uint64_t{1} << (index % 64); }
+
 void set_held(std::atomic<uint64_t>* held, uint32_t index) {
-  held[index / 64].fetch_or(uint64_t{1} << (index % 64), std::memory_order_relaxed);
+  held[index / 64].fetch_or(held_bit(index), std::memory_order_relaxed);
+}
+
+void clear_held(std::atomic<uint64_t>* held, uint32_t index) {
+  held[index / 64].fetch_and(~held_bit(index), std::memory_order_relaxed);
 }
 
 // Slots [0, used_slots) have ever been claimed: raises the mark to index + 1.
@@ -235,7 +241,7 @@ void Registry::drop_reference(View& view, uint32_t index) {
   // The bit goes only with nothing left: a slot marked for a fork keeps it,
   // for the fork's later steps to visit (in the parent and the child).
   if (count - 1 == 0) {
-    view.held[index / 64].fetch_and(~(uint64_t{1} << (index % 64)), std::memory_order_relaxed);
+    clear_held(view.held, index);
     // Another thread's dup or a fork's mark may have come meanwhile.
     if (references.load(std::memory_order_relaxed) != 0) set_held(view.held, index);
   }

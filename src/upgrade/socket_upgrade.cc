@@ -324,10 +324,10 @@ void begin_server_upgrade_when_watched(int fd) {
     return;
   ErrnoGuard errno_guard;
   uint64_t client_inode = 0;
-  // A client on this host is met at the first I/O, in the application's thread.
-  if (!locates_client_later() && met_on_this_host(fd, client_inode)) return;
-  // Declined, with its line, when the attempt begins.
-  if (!locates_client_later() && process_uses_io_uring()) return;
+  // Without the delay, a client on this host is met at the first I/O, in the
+  // application's thread, and io_uring declined there with its line; with
+  // it, both when the attempt begins.
+  if (!locates_client_later() && (met_on_this_host(fd, client_inode) || process_uses_io_uring())) return;
   if (!connection->claim_server_attempt()) return;
   if (locates_client_later())
     begin_server_upgrade(fd, connection);
