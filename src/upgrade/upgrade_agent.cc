@@ -61,6 +61,11 @@ class UpgradeAgent : public HelperLock {
   void answer_same_host(Offer offer);
   // On an attempt thread of its own, or the agent's (touches no agent state).
   static void answer_rdma(Offer offer);
+  // Moves the offers `chosen` picks into `taken`, in one pass: a busy
+  // client holds thousands of offers (one per connection of the last
+  // upgrade_timeout), and erasing them one by one moved the rest each time.
+  template <typename Choose>
+  void take_offers_locked(std::vector<Offer>& taken, Choose chosen);
   void expire_locked(std::vector<Offer>& expired);
   // Offers whose planned rdma_cm listener is due: taken out, to be opened
   // without the lock (open_planned_listener puts them back).
@@ -158,16 +163,25 @@ bool UpgradeAgent::start_locked() {
   return true;
 }
 
+template <typename Choose>
+void UpgradeAgent::take_offers_locked(std::vector<Offer>& taken, Choose chosen) {
+  size_t kept = 0;
+  for (Offer& offer : offers_) {
+    if (chosen(offer))
+      taken.push_back(std::move(offer));
+    else if (&offer != &offers_[kept])
+      offers_[kept++] = std::move(offer);
+    else
+      ++kept;
+  }
+  offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(kept), offers_.end());
+}
+
 void UpgradeAgent::expire_locked(std::vector<Offer>& expired) {
   const auto now = std::chrono::steady_clock::now();
-  for (size_t index = 0; index < offers_.size();) {
-    if (offers_[index].deadline <= now || offers_[index].connection.expired()) {
-      expired.push_back(std::move(offers_[index]));
-      offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(index));
-    } else {
-      ++index;
-    }
-  }
+  take_offers_locked(expired, [now](const Offer& offer) {
+    return offer.deadline <= now || offer.connection.expired();
+  });
 }
 
 // A planned same-host listener is opened before its time for a connection
@@ -181,15 +195,10 @@ bool moved_enough_to_listen(const Offer& offer) {
 
 void UpgradeAgent::take_planned_locked(std::vector<Offer>& due) {
   const auto soon = std::chrono::steady_clock::now() + kEarlyBy;
-  for (size_t index = 0; index < offers_.size();) {
-    if (const auto planned = offers_[index].listeners.next_planned();
-        planned && (*planned <= soon || moved_enough_to_listen(offers_[index]))) {
-      due.push_back(std::move(offers_[index]));
-      offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(index));
-    } else {
-      ++index;
-    }
-  }
+  take_offers_locked(due, [soon](const Offer& offer) {
+    const auto planned = offer.listeners.next_planned();
+    return planned && (*planned <= soon || moved_enough_to_listen(offer));
+  });
 }
 
 void UpgradeAgent::open_due_listeners() {
