@@ -247,6 +247,10 @@ void Registry::drop_reference(View& view, uint32_t index) {
   }
   format::Slot& slot = format::slots_of(view.file.mapping)[index];
   leave(slot, slot.state.load(std::memory_order_acquire));
+  // The next open looks here first: a process whose connections come and
+  // go keeps to a few slots (pages touched, and rows qpsock-stat scans).
+  if (format::state_of(slot.state.load(std::memory_order_relaxed)) == format::SlotState::free)
+    view.cursor.store(index, std::memory_order_relaxed);
 }
 
 void Registry::join(format::Slot& slot) {

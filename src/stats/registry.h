@@ -130,7 +130,7 @@ class Registry {
     // the same mapping, after `references`): fork and exit visit only these,
     // not every slot (a forking server forks at each connection).
     std::atomic<uint64_t>* held = nullptr;
-    std::atomic<uint32_t> cursor{0};  // next-fit: a freed slot is reused as late as possible
+    std::atomic<uint32_t> cursor{0};  // where an open looks first: the slot this process freed last
     bool mapped_here = false;          // by this object (tests unmap it)
   };
 

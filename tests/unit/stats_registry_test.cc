@@ -133,10 +133,18 @@ TEST_F(StatsRegistry, InvalidHandlesAreIgnored) {
   }
 }
 
-TEST_F(StatsRegistry, FreedSlotIsNotReusedAtOnce) {
+TEST_F(StatsRegistry, FreedSlotIsReusedFirstAndItsOldHandleFindsNothing) {
+  // Connections that come and go keep to the same few slots (pages touched,
+  // rows scanned); the generation tells the new row from the old.
+  const Handle other = open_one();
   const Handle first = open_one();
   registry_.close(first);
-  EXPECT_NE(handle_index(open_one()), handle_index(first));
+  const Handle second = open_one();
+  EXPECT_EQ(handle_index(second), handle_index(first));
+  EXPECT_NE(second, first);
+  EXPECT_EQ(registry_.find(first), nullptr);
+  EXPECT_NE(registry_.find(second), nullptr);
+  EXPECT_NE(registry_.find(other), nullptr);
 }
 
 TEST_F(StatsRegistry, FullTableDropsNewConnectionsAndCountsThem) {
