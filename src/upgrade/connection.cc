@@ -20,7 +20,12 @@
 
 namespace qpsock::upgrade {
 
-Connection::Connection(config::Role role) : role_(role) {}
+namespace {
+std::atomic<uint64_t> next_serial{1};
+}  // namespace
+
+Connection::Connection(config::Role role)
+    : role_(role), serial_(next_serial.fetch_add(1, std::memory_order_relaxed)) {}
 
 Connection::~Connection() = default;
 

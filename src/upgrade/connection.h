@@ -54,6 +54,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection& operator=(const Connection&) = delete;
 
   config::Role role() const { return role_; }
+  // Tells this connection from every other the process ever had (a number
+  // may be closed and reused, an address freed and reused).
+  uint64_t serial() const { return serial_; }
   UpgradePhase phase() const { return phase_.load(std::memory_order_acquire); }
   // offered -> negotiating; false if another thread already started (or it is over).
   bool begin_negotiation();
@@ -274,6 +277,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int refuse_inherited_call(int fd);
 
   const config::Role role_;
+  const uint64_t serial_;
   std::atomic<uint32_t> attached_fds_{0};
   std::atomic<bool> inherited_stream_{false};
   std::atomic<bool> inherited_call_logged_{false};

@@ -8,6 +8,7 @@
 #include "libc/next_symbols.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
+#include "upgrade/socket_identity.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -63,12 +64,16 @@ std::chrono::steady_clock::duration shm_upgrade_delay() {
 
 uint64_t shm_upgrade_bytes() { return config::process_config().tunables().shm_upgrade_bytes; }
 
-int prepare_same_host_offer(uint64_t tcp_socket_inode, ClientListeners& listeners,
+int prepare_same_host_offer(int tcp_fd, uint64_t& tcp_socket_inode, ClientListeners& listeners,
                             const char*& reason) {
   const Clock::duration delay = shm_upgrade_delay();
   if (delay >= kShortestPlannedDelay) {
     listeners.planned_same_host = Clock::now() + delay / 2;
     return 0;
+  }
+  if (const int error = socket_inode_of_fd(tcp_fd, tcp_socket_inode); error < 0) {
+    reason = "the socket's identity could not be read";
+    return error;
   }
   listeners.same_host_fd = listen_for_upgrade(tcp_socket_inode);
   if (listeners.same_host_fd < 0) {

@@ -23,10 +23,12 @@ namespace qpsock::upgrade {
 std::chrono::steady_clock::duration shm_upgrade_delay();
 uint64_t shm_upgrade_bytes();
 
-// Client, in connect() before the SYN: opens the listener of the socket
-// `tcp_socket_inode` now, or plans it in `listeners` for the agent. 0, or
-// -errno with `reason` (a string literal, for qpsock-stat); logs nothing.
-int prepare_same_host_offer(uint64_t tcp_socket_inode, ClientListeners& listeners,
+// Client, in connect() before the SYN: opens the listener of the socket at
+// `tcp_fd` now (its inode read into `tcp_socket_inode`), or plans it in
+// `listeners` for the agent (which reads the inode then, leaving it 0
+// here). 0, or -errno with `reason` (a string literal, for qpsock-stat);
+// logs nothing.
+int prepare_same_host_offer(int tcp_fd, uint64_t& tcp_socket_inode, ClientListeners& listeners,
                             const char*& reason);
 
 // Server, at the connection's first I/O in this process with

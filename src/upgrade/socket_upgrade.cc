@@ -130,15 +130,31 @@ void queue_locating_the_client(int fd, uint64_t inode, const std::shared_ptr<Con
   if (!run_in_upgrade_worker(std::move(job))) connection->decline("the upgrade worker could not start");
 }
 
+// The claim queued with a lock, where the worker cannot take it lock-free
+// (it holds too many, or does not run): the socket's identity is read now.
+void queue_claim_with_identity(int fd, const std::shared_ptr<Connection>& connection,
+                               Clock::time_point claimed_at) {
+  uint64_t inode = 0;
+  if (socket_inode_of_fd(fd, inode) < 0) {
+    connection->decline("the socket's identity could not be read");
+    return;
+  }
+  queue_locating_the_client(fd, inode, connection, claimed_at, false);
+}
+
 // The worker's intake of a claim handed over: the number is looked up anew and
-// must still be the socket that was claimed.
+// must still hold the connection that claimed. Its socket's identity is read
+// here, not in the claiming call: a connection that ends within the delay
+// never costs that system call. The connection is looked for again after
+// the read: a close takes the connection off the number before the kernel
+// frees the number, so one still there was the socket read.
 void take_server_claim(const ServerClaim& claim) {
   std::shared_ptr<Connection> connection = find_connection(claim.fd);
-  uint64_t inode = 0;
-  if (connection == nullptr || connection->role() != config::Role::server ||
-      connection->phase() != UpgradePhase::offered || socket_inode_of_fd(claim.fd, inode) < 0 ||
-      inode != claim.socket_inode)
+  if (connection == nullptr || connection->serial() != claim.connection_serial ||
+      connection->role() != config::Role::server || connection->phase() != UpgradePhase::offered)
     return;
+  uint64_t inode = 0;
+  if (socket_inode_of_fd(claim.fd, inode) < 0 || find_connection(claim.fd) != connection) return;
   queue_locating_the_client(claim.fd, inode, connection, claim.claimed_at, claim.early);
 }
 
@@ -162,38 +178,30 @@ void begin_server_upgrade(int fd, const std::shared_ptr<Connection>& connection)
     connection->defer_claim(claimed_at);
     return;
   }
-  uint64_t inode = 0;
-  if (socket_inode_of_fd(fd, inode) < 0) {
-    connection->decline("the socket's identity could not be read");
+  if (hand_claim_to_upgrade_worker({fd, connection->serial(), claimed_at}, claimed_at + first_look_delay()))
     return;
-  }
-  if (hand_claim_to_upgrade_worker({fd, inode, claimed_at}, claimed_at + first_look_delay())) return;
   // The worker holds too many claims: queued, with a lock.
-  queue_locating_the_client(fd, inode, connection, claimed_at, false);
+  queue_claim_with_identity(fd, connection, claimed_at);
 }
 
 // A claim again, before the delay is over, of a connection that moved
 // shm_upgrade_bytes (the worker runs). Dropped if the worker holds too many
 // claims: the first claim's job still comes.
-void hand_early_claim(int fd, uint64_t inode) {
+void hand_early_claim(int fd, const Connection& connection) {
   const Clock::time_point now = Clock::now();
-  (void)hand_claim_to_upgrade_worker({fd, inode, now, true}, now);
+  (void)hand_claim_to_upgrade_worker({fd, connection.serial(), now, true}, now);
 }
 
 // Takes `connection`'s deferred claim (begin_server_upgrade) if it was made
-// by `claimed_by`, and queues the worker's look for its client: true if
-// queued, with the socket's inode in `inode`.
-bool queue_deferred_claim(int fd, const std::shared_ptr<Connection>& connection, Clock::time_point claimed_by,
-                          uint64_t& inode) {
+// by `claimed_by`, and queues the worker's look for its client: true if queued.
+bool queue_deferred_claim(int fd, const std::shared_ptr<Connection>& connection,
+                          Clock::time_point claimed_by) {
   const std::optional<Clock::time_point> claimed_at = connection->take_deferred_claim(claimed_by);
   if (!claimed_at) return false;
-  if (socket_inode_of_fd(fd, inode) < 0) {
-    connection->decline("the socket's identity could not be read");
-    return false;
-  }
   // Without a lock or an allocation while the worker runs.
-  if (hand_claim_to_upgrade_worker({fd, inode, *claimed_at}, *claimed_at + first_look_delay())) return true;
-  queue_locating_the_client(fd, inode, connection, *claimed_at, false);
+  if (hand_claim_to_upgrade_worker({fd, connection->serial(), *claimed_at}, *claimed_at + first_look_delay()))
+    return true;
+  queue_claim_with_identity(fd, connection, *claimed_at);
   return true;
 }
 
@@ -203,11 +211,9 @@ bool queue_deferred_claim(int fd, const std::shared_ptr<Connection>& connection,
 void hand_deferred_claim(int fd, const std::shared_ptr<Connection>& connection) {
   // A connection that streams waits for no delay (moved_over_tcp_while_offered).
   const bool streams = connection->offered_tcp_bytes() >= shm_upgrade_bytes();
-  uint64_t inode = 0;
-  if (queue_deferred_claim(fd, connection, streams ? Clock::time_point::max() : Clock::now() - first_look_delay(),
-                           inode) &&
-      streams)
-    hand_early_claim(fd, inode);
+  const Clock::time_point claimed_by = streams ? Clock::time_point::max() : Clock::now() - first_look_delay();
+  if (queue_deferred_claim(fd, connection, claimed_by) && streams)
+    hand_early_claim(fd, *connection);
 }
 
 // The claims this process's connections deferred while it had no worker,
@@ -218,9 +224,8 @@ void hand_claims_deferred_until_the_worker() {
     if (connection.has_deferred_claim()) deferred.push_back(fd);
   });
   for (const int fd : deferred) {
-    uint64_t inode = 0;
     if (const std::shared_ptr<Connection> connection = find_connection(fd))
-      queue_deferred_claim(fd, connection, Clock::time_point::max(), inode);
+      queue_deferred_claim(fd, connection, Clock::time_point::max());
   }
 }
 
@@ -261,15 +266,13 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
     connection->decline("same-host upgrades are off (same_host = kernel)");
     return;
   }
+  // The socket's inode names its listener: read when one opens, here or,
+  // planned, in the agent (a connection that ends sooner never costs it).
   uint64_t inode = 0;
-  if (socket_inode_of_fd(fd, inode) < 0) {
-    connection->decline("the socket's identity could not be read");
-    return;
-  }
   ClientListeners listeners;
   if (on_this_host && same_host == config::SameHost::shm) {
     const char* reason = nullptr;
-    if (const int error = prepare_same_host_offer(inode, listeners, reason); error < 0) {
+    if (const int error = prepare_same_host_offer(fd, inode, listeners, reason); error < 0) {
       QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", fd, reason, error);
       connection->decline(reason);
       return;
@@ -280,9 +283,13 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
     int error = prepare_verbs_offer(fd, destination, length, plan, reason);
     // With no delay (or a short one) the listener must be there before the SYN goes out:
     // the server may come at once.
-    if (error == 0 && plan.listen_at <= std::chrono::steady_clock::now())
-      error = open_verbs_listener(fd, plan, listeners.rdma, reason);
-    else if (error == 0)
+    if (error == 0 && plan.listen_at <= std::chrono::steady_clock::now()) {
+      error = socket_inode_of_fd(fd, inode);
+      if (error < 0)
+        reason = "the socket's identity could not be read";
+      else
+        error = open_verbs_listener(fd, plan, listeners.rdma, reason);
+    } else if (error == 0)
       listeners.planned_rdma = plan;
     if (error < 0) {
       QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", fd, reason, error);
@@ -352,8 +359,7 @@ void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t befor
   // A deferred claim (no worker yet) is handed over at the next data call
   // (hand_deferred_claim), not here under the call's locks.
   if (!upgrade_worker_running()) return;
-  uint64_t inode = 0;
-  if (socket_inode_of_fd(fd, inode) == 0) hand_early_claim(fd, inode);
+  hand_early_claim(fd, connection);
 }
 
 ConnectionHold connection_for_io(int fd) {

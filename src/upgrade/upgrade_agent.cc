@@ -17,6 +17,7 @@
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
 #include "upgrade/attempt_threads.h"
+#include "upgrade/connection_registry.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
 #include "upgrade/same_host_upgrade.h"
@@ -30,7 +31,7 @@ struct Offer {
   uint64_t id;
   ClientListeners listeners;
   int tcp_fd;
-  uint64_t tcp_socket_inode;
+  uint64_t tcp_socket_inode;  // 0 until a listener opens (planned ones: read_planned_socket)
   std::weak_ptr<Connection> connection;
   Deadline deadline;
 };
@@ -210,9 +211,24 @@ void UpgradeAgent::open_due_listeners() {
   for (Offer& offer : due) open_planned_listener(std::move(offer));
 }
 
+// A planned offer's socket identity, read as its listener opens: the
+// connection must still be at its number after the read (a close takes it
+// off the number before the kernel frees the number for another socket).
+// A socket renumbered meanwhile is not followed: it stays on TCP.
+bool read_planned_socket(Offer& offer) {
+  if (offer.tcp_socket_inode != 0) return true;
+  const std::shared_ptr<Connection> connection = offer.connection.lock();
+  uint64_t inode = 0;
+  if (connection == nullptr || find_connection(offer.tcp_fd) != connection ||
+      socket_inode_of_fd(offer.tcp_fd, inode) < 0 || find_connection(offer.tcp_fd) != connection)
+    return false;
+  offer.tcp_socket_inode = inode;
+  return true;
+}
+
 void UpgradeAgent::open_planned_listener(Offer offer) {
   // Closed while an answer ran: never opened.
-  if (offer.connection.expired()) {
+  if (offer.connection.expired() || !read_planned_socket(offer)) {
     close_offer(offer, "closed before its upgrade");
     return;
   }

@@ -39,7 +39,9 @@ bool run_in_upgrade_worker(WorkerJob job);
 // the socket, which may be a signal handler's.
 struct ServerClaim {
   int fd = -1;
-  uint64_t socket_inode = 0;
+  // The claiming Connection's serial: the intake reads the socket's identity
+  // itself, once it has found this very connection still at fd.
+  uint64_t connection_serial = 0;
   std::chrono::steady_clock::time_point claimed_at{};
   // A claim made again, before the delay is over, by a connection that
   // moved enough bytes: tried on this host now, and left to the first

@@ -247,7 +247,7 @@ TEST(UpgradeWorker, ClaimsHandedOverReachTheIntakeOnTheWorkersThread) {
       for (int index = 0; index < kClaims; ++index) {
         ServerClaim claim;
         claim.fd = thread;
-        claim.socket_inode = static_cast<uint64_t>(index);
+        claim.connection_serial = static_cast<uint64_t>(index);
         // The queue holds 1024: a full one says so, and the claim is given again.
         while (!hand_claim_to_upgrade_worker(claim, std::chrono::steady_clock::now())) {
           refused.fetch_add(1);
@@ -266,7 +266,7 @@ TEST(UpgradeWorker, ClaimsHandedOverReachTheIntakeOnTheWorkersThread) {
   for (const ServerClaim& claim : taken_claims) {
     ASSERT_GE(claim.fd, 0);
     ASSERT_LT(claim.fd, kThreads);
-    EXPECT_EQ(claim.socket_inode, next[static_cast<size_t>(claim.fd)]++);
+    EXPECT_EQ(claim.connection_serial, next[static_cast<size_t>(claim.fd)]++);
   }
   for (std::thread::id id : intake_threads) EXPECT_NE(id, std::this_thread::get_id());
 }
@@ -292,7 +292,7 @@ TEST(UpgradeWorker, ClaimsDueLaterAreTakenAtTheNextWakeup) {
     ASSERT_TRUE(run_in_upgrade_worker(std::move(job)));
     ServerClaim claim;
     claim.fd = 7;
-    claim.socket_inode = static_cast<uint64_t>(index);
+    claim.connection_serial = static_cast<uint64_t>(index);
     ASSERT_TRUE(hand_claim_to_upgrade_worker(claim, std::chrono::steady_clock::now() + std::chrono::hours{1}));
     if (index % 50 == 0) std::this_thread::sleep_for(milliseconds{7});
   }
@@ -302,7 +302,7 @@ TEST(UpgradeWorker, ClaimsDueLaterAreTakenAtTheNextWakeup) {
   })) << taken_claims.size() << " claims taken";
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds{10});
   for (int index = 0; index < kClaims; ++index)
-    EXPECT_EQ(taken_claims[static_cast<size_t>(index)].socket_inode, static_cast<uint64_t>(index));
+    EXPECT_EQ(taken_claims[static_cast<size_t>(index)].connection_serial, static_cast<uint64_t>(index));
 }
 
 }  // namespace
