@@ -39,9 +39,15 @@ class Config {
   // "cannot read FILE" (for qpsock-stat and debugging).
   std::string_view source() const { return source_; }
   bool offload_disabled() const { return offload_disabled_; }
+  // Whether a client's decision depends on its local address: some rule for
+  // clients names a local network. Otherwise any local address decides alike.
+  bool client_decisions_read_local_address() const { return client_rules_name_local_; }
 
   // Building (the parser and the loader).
-  void add_rule(Rule rule) { rules_.push_back(std::move(rule)); }
+  void add_rule(Rule rule) {
+    if (rule.roles != RuleRoles::server && !rule.local.matches_everything()) client_rules_name_local_ = true;
+    rules_.push_back(std::move(rule));
+  }
   // The decision when no rule matches, with its reason.
   void set_fallback(Action action, std::string reason);
   void set_source(std::string source) { source_ = std::move(source); }
@@ -55,6 +61,7 @@ class Config {
   std::string source_;
   Tunables tunables_;
   bool offload_disabled_ = false;
+  bool client_rules_name_local_ = false;
 };
 
 }  // namespace qpsock::config

@@ -14,7 +14,7 @@ FdTable& table() { return FdTable::process_table(); }
 
 // "rule 2 (/etc/qpsock.conf:7): kernel", or for a decision no rule made,
 // "built-in default: offload", "QPSOCK_OFFLOAD=0: kernel" and the like.
-void describe_decision(const config::Decision& decision, char* text, size_t size) {
+void format_decision(const config::Decision& decision, char* text, size_t size) {
   const char* action = config::action_name(decision.action);
   const auto rules = config::process_config().rules();
   for (size_t index = 0; index < rules.size(); ++index) {
@@ -28,6 +28,29 @@ void describe_decision(const config::Decision& decision, char* text, size_t size
            action);
 }
 
+// The same, remembered per thread for the decision it last described: a
+// process's connections mostly share one (the process's config lives as
+// long as it, so its reasons never move).
+struct DescribedDecision {
+  const char* reason;
+  size_t reason_size;
+  config::Action action;
+  char text[sizeof(stats::format::Slot::decision)];
+};
+constinit __attribute__((tls_model("initial-exec"))) thread_local DescribedDecision last_described{};
+
+const char* describe_decision(const config::Decision& decision) {
+  DescribedDecision& last = last_described;
+  if (last.reason != decision.reason.data() || last.reason_size != decision.reason.size() ||
+      last.action != decision.action || last.text[0] == '\0') {
+    format_decision(decision, last.text, sizeof(last.text));
+    last.reason = decision.reason.data();
+    last.reason_size = decision.reason.size();
+    last.action = decision.action;
+  }
+  return last.text;
+}
+
 // Replaces fd's handle; the one it replaces loses this fd's reference.
 void install_handle(int fd, stats::Handle handle) {
   if (const stats::Handle previous = table().exchange_stats_handle(fd, handle))
@@ -39,8 +62,7 @@ void install_handle(int fd, stats::Handle handle) {
 void record_connection(int fd, config::Role role, const config::Decision& decision,
                        const ConnectionEndpoints& endpoints) {
   ErrnoGuard errno_guard;
-  char decision_text[sizeof(stats::format::Slot::decision)];
-  describe_decision(decision, decision_text, sizeof(decision_text));
+  const char* const decision_text = describe_decision(decision);
   const bool offload = decision.action == config::Action::offload;
   const stats::Handle handle = stats::open_connection(
       reinterpret_cast<const sockaddr*>(&endpoints.local),

@@ -51,6 +51,18 @@ void read_connection_endpoints(int fd, const sockaddr* peer, ConnectionEndpoints
   }
 }
 
+void read_client_endpoints(int fd, int family, const sockaddr* peer, ConnectionEndpoints& endpoints) {
+  if (config::process_config().client_decisions_read_local_address() ||
+      (family != AF_INET && family != AF_INET6)) {
+    read_connection_endpoints(fd, peer, endpoints);
+    return;
+  }
+  endpoints.local = {};
+  endpoints.local.ss_family = static_cast<sa_family_t>(family);
+  endpoints.local_read = false;
+  memcpy(&endpoints.peer, peer, peer->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+}
+
 config::Decision decide_for_connection(int fd, config::Role role, const ConnectionEndpoints& endpoints) {
   ErrnoGuard errno_guard;
   const sockaddr_storage& local = endpoints.local;
@@ -59,7 +71,10 @@ config::Decision decide_for_connection(int fd, config::Role role, const Connecti
       reinterpret_cast<const sockaddr*>(&local), reinterpret_cast<const sockaddr*>(&remote), role);
   if (log::enabled(log::Level::info)) {
     char local_text[64], remote_text[64];
-    format_endpoint(local, local_text, sizeof(local_text));
+    if (endpoints.local_read)
+      format_endpoint(local, local_text, sizeof(local_text));
+    else
+      snprintf(local_text, sizeof(local_text), "*");
     format_endpoint(remote, remote_text, sizeof(remote_text));
     bool offload = decision.action == config::Action::offload;
     log::message(log::Level::info, "fd %d: %s %s %s %s: %s (%.*s)%s", fd,

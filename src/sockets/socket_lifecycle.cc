@@ -132,10 +132,11 @@ int connect(int fd, const sockaddr* address, socklen_t length) {
   // listener must exist before the server can first do I/O.
   bool decided = false, offered = false;
   config::Decision decision{config::Action::kernel, {}};
+  const FdRecord record = table().lookup(fd);
   if (address != nullptr && (address->sa_family == AF_INET || address->sa_family == AF_INET6) &&
-      table().lookup(fd).tracked() && upgrade::find_connection(fd) == nullptr) {
+      record.tracked() && upgrade::find_connection(fd) == nullptr) {
     ConnectionEndpoints endpoints;
-    read_connection_endpoints(fd, address, endpoints);
+    read_client_endpoints(fd, record.family, address, endpoints);
     decision = decide_for_connection(fd, config::Role::client, endpoints);
     decided = true;
     if (decision.action == config::Action::offload) {
