@@ -73,6 +73,17 @@ ssize_t failed(ssize_t negative_errno) {
   return -1;
 }
 
+// One piece (read, recv) as recvfrom: the kernel then copies in no msghdr
+// or iovec array.
+ssize_t receive_by_kernel(int fd, std::span<const iovec> pieces, int flags) {
+  if (pieces.size() == 1)
+    return next::recvfrom(fd, pieces[0].iov_base, pieces[0].iov_len, flags, nullptr, nullptr);
+  msghdr message{};
+  message.msg_iov = const_cast<iovec*>(pieces.data());
+  message.msg_iovlen = pieces.size();
+  return next::recvmsg(fd, &message, flags);
+}
+
 }  // namespace
 
 ssize_t Connection::receive(int fd, std::span<const iovec> buffers, int flags) {
@@ -186,10 +197,7 @@ ssize_t Connection::receive_once(KeptFd socket, std::span<const iovec> buffers, 
                                : UINT64_MAX;
     iovec storage[kMostPieces];
     const std::span<const iovec> pieces = truncated(buffers, limit, storage);
-    msghdr message{};
-    message.msg_iov = const_cast<iovec*>(pieces.data());
-    message.msg_iovlen = pieces.size();
-    ssize_t got = next::recvmsg(fd, &message, flags | MSG_DONTWAIT);
+    ssize_t got = receive_by_kernel(fd, pieces, flags | MSG_DONTWAIT);
     if (got < 0) {
       const int error = errno;
       if (error != EAGAIN) {

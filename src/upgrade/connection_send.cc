@@ -112,10 +112,16 @@ std::optional<ssize_t> Connection::send_by_kernel(int fd, stream::FunctionRef<ss
 }
 
 ssize_t Connection::send_over_tcp(int fd, std::span<const iovec> data, int flags) {
-  msghdr message{};
-  message.msg_iov = const_cast<iovec*>(data.data());
-  message.msg_iovlen = data.size();
-  if (const auto sent = send_through_gate([&] { return next::sendmsg(fd, &message, flags); })) {
+  // One piece (write, send) as sendto: the kernel then copies in no msghdr
+  // or iovec array.
+  const auto kernel_send = [&]() -> ssize_t {
+    if (data.size() == 1) return next::sendto(fd, data[0].iov_base, data[0].iov_len, flags, nullptr, 0);
+    msghdr message{};
+    message.msg_iov = const_cast<iovec*>(data.data());
+    message.msg_iovlen = data.size();
+    return next::sendmsg(fd, &message, flags);
+  };
+  if (const auto sent = send_through_gate(kernel_send)) {
     count_offered_tcp_bytes(fd, *sent);
     return *sent;
   }
