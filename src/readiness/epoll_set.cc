@@ -235,11 +235,12 @@ void EpollSet::unconvert_locked(Watch& watch, bool closing) {
 }
 
 void EpollSet::convert_upgraded_locked() {
-  if (pending_ == 0) return;
   // Read before looking: a stream installed meanwhile is looked for next time.
   const uint64_t installations = upgrade::stream_installations();
-  if (installations == installations_seen_) return;
-  installations_seen_ = installations;
+  if (installations == installations_seen_.load(std::memory_order_relaxed)) return;
+  installations_seen_.store(installations, std::memory_order_release);
+  // A socket added later whose stream is there already is converted as it is added.
+  if (pending_ == 0) return;
   for (size_t index = 0; index < watches_.size();) {
     Watch& watch = *watches_[index];
     if (watch.connection == nullptr || watch.converted) {
@@ -366,8 +367,9 @@ int EpollSet::wait(epoll_event* events, int capacity, const timespec* timeout,
   if (timeout != nullptr)
     deadline = Clock::now() + std::chrono::seconds(timeout->tv_sec) +
                std::chrono::nanoseconds(timeout->tv_nsec);
-  if (!needs_us()) {
-    // Nothing of ours in the set: the kernel's wait, unless a thread added
+  if (!translates_now()) {
+    // Nothing of ours in the set, or only sockets not upgraded, registered
+    // as the application asked: the kernel's wait, unless a thread converted
     // something meanwhile.
     const int polled = next::epoll_pwait(epoll_fd_, events, capacity, milliseconds_left(deadline), mask);
     if (polled <= 0 || !needs_us()) return polled;

@@ -102,6 +102,7 @@ class EpollSet {
     ~SetLock() {
       std::vector<std::unique_ptr<Watch>> retired = std::move(set_.retired_);
       set_.retired_.clear();
+      set_.translates_.store(set_.converted_ + set_.nested_ > 0, std::memory_order_release);
       set_.mutex_.unlock();
     }
     SetLock(const SetLock&) = delete;
@@ -141,15 +142,26 @@ class EpollSet {
   int ensure_signal_locked();
 
   const int epoll_fd_;
+  // Whether a wait must translate: the set holds a converted socket or a
+  // nested set, or a stream was installed since it last looked (one of its
+  // sockets may need converting). Until then the kernel's wait is the answer,
+  // with only cookies taken out.
+  bool translates_now() const {
+    return translates_.load(std::memory_order_acquire) ||
+           upgrade::stream_installations() != installations_seen_.load(std::memory_order_acquire);
+  }
+
   // Set before the first registration of ours reaches the kernel; never cleared.
   std::atomic<bool> has_cookies_{false};
+  // converted_ + nested_ > 0, as of the last time the lock was let go.
+  std::atomic<bool> translates_{false};
   std::atomic<size_t> watch_count_{0};
   std::mutex mutex_;
   std::vector<std::unique_ptr<Watch>> watches_;
   std::vector<std::unique_ptr<Watch>> retired_;  // erased under the lock, freed after it
   uint64_t next_id_ = 1;
   uint64_t rounds_ = 0;
-  uint64_t installations_seen_ = 0;
+  std::atomic<uint64_t> installations_seen_{0};  // written under the lock
   size_t pending_ = 0;    // sockets not yet converted
   size_t converted_ = 0;
   size_t nested_ = 0;

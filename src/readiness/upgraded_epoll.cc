@@ -1,6 +1,7 @@
 #include "readiness/upgraded_epoll.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <mutex>
@@ -17,9 +18,16 @@
 namespace qpsock::readiness {
 namespace {
 
+// Per fd, read by close without a lock: whether it is an epoll fd we made a
+// set for (kEpollSet), and how many registrations of it our sets took
+// (counted up in kWatchUnit; never less than the sets hold, perhaps more: a
+// close that finds none walks the sets for nothing, one that finds some
+// always walks them).
+constexpr uint32_t kEpollSet = 1;
+constexpr uint32_t kWatchUnit = 2;
+
 struct Registry {
-  // Which fds are epoll fds we made a set for: close looks here without a lock.
-  FdIndexedArray<std::atomic<bool>> is_epoll_set;
+  FdIndexedArray<std::atomic<uint32_t>> fd_state;
   std::mutex mutex;
   std::unordered_map<int, std::shared_ptr<EpollSet>> sets;
   // Sets that ever watched a socket: until then every call is the kernel's.
@@ -33,10 +41,13 @@ Registry& registry() {
   return *instance;
 }
 
+bool is_epoll_set(const std::atomic<uint32_t>* state) {
+  return state != nullptr && (state->load(std::memory_order_acquire) & kEpollSet) != 0;
+}
+
 std::shared_ptr<EpollSet> find_set(int epoll_fd) {
   Registry& all = registry();
-  std::atomic<bool>* flag = all.is_epoll_set.at(epoll_fd);
-  if (flag == nullptr || !flag->load(std::memory_order_acquire)) return nullptr;
+  if (!is_epoll_set(all.fd_state.at(epoll_fd))) return nullptr;
   std::lock_guard lock(all.mutex);
   auto found = all.sets.find(epoll_fd);
   return found == all.sets.end() ? nullptr : found->second;
@@ -46,20 +57,19 @@ std::shared_ptr<EpollSet> find_set(int epoll_fd) {
 
 void epoll_created(int epoll_fd) {
   Registry& all = registry();
-  std::atomic<bool>* flag = all.is_epoll_set.at(epoll_fd);
-  if (flag == nullptr) return;  // beyond the fd table: stays the kernel's
+  std::atomic<uint32_t>* state = all.fd_state.at(epoll_fd);
+  if (state == nullptr) return;  // beyond the fd table: stays the kernel's
   std::lock_guard lock(all.mutex);
   all.sets[epoll_fd] = std::make_shared<EpollSet>(epoll_fd);
-  flag->store(true, std::memory_order_release);
+  state->fetch_or(kEpollSet, std::memory_order_release);
 }
 
 int epoll_control(int epoll_fd, int operation, int fd, epoll_event* event) {
   // A nested epoll set is remembered even before any socket is upgradable:
   // the sockets usually come later.
-  std::atomic<bool>* nested_flag = registry().is_epoll_set.at(fd);
+  std::atomic<uint32_t>* state = registry().fd_state.at(fd);
   const bool may_watch = upgrade::any_connections() ||
-                         registry().watching.load(std::memory_order_relaxed) ||
-                         (nested_flag != nullptr && nested_flag->load(std::memory_order_acquire));
+                         registry().watching.load(std::memory_order_relaxed) || is_epoll_set(state);
   if (!may_watch) return next::epoll_ctl(epoll_fd, operation, fd, event);
   std::shared_ptr<EpollSet> set = find_set(epoll_fd);
   if (set == nullptr) return next::epoll_ctl(epoll_fd, operation, fd, event);
@@ -77,13 +87,20 @@ int epoll_control(int epoll_fd, int operation, int fd, epoll_event* event) {
       std::shared_ptr<EpollSet> nested = connection == nullptr ? find_set(fd) : nullptr;
       if (connection == nullptr && nested == nullptr) break;
       registry().watching.store(true, std::memory_order_release);
-      return set->add(fd, *event, std::move(connection), std::move(nested));
+      // Counted before the set holds it: a close never finds fewer than there are.
+      if (state != nullptr) state->fetch_add(kWatchUnit, std::memory_order_acq_rel);
+      result = set->add(fd, *event, std::move(connection), std::move(nested));
+      if (result != 0 && state != nullptr) state->fetch_sub(kWatchUnit, std::memory_order_acq_rel);
+      return result;
     }
     case EPOLL_CTL_MOD:
       if (event != nullptr && set->modify(fd, *event, result)) return result;
       break;
     case EPOLL_CTL_DEL:
-      if (set->remove(fd, result)) return result;
+      if (set->remove(fd, result)) {
+        if (state != nullptr) state->fetch_sub(kWatchUnit, std::memory_order_acq_rel);
+        return result;
+      }
       break;
     default:
       break;
@@ -120,16 +137,24 @@ int highest_epoll_set_fd() {
 
 void fd_closing(int fd) {
   Registry& all = registry();
-  std::atomic<bool>* flag = all.is_epoll_set.at(fd);
-  const bool closing_set = flag != nullptr && flag->load(std::memory_order_acquire);
-  if (!closing_set && !all.watching.load(std::memory_order_relaxed)) return;
+  std::atomic<uint32_t>* state = all.fd_state.at(fd);
+  // An fd beyond the array was never watched here, nor a set.
+  if (state == nullptr) return;
+  const uint32_t seen = state->load(std::memory_order_acquire);
+  const bool closing_set = (seen & kEpollSet) != 0;
+  if (!closing_set && seen < kWatchUnit) return;
   ErrnoGuard errno_guard;
   std::shared_ptr<EpollSet> closed;
-  std::vector<std::shared_ptr<EpollSet>> sets;
+  // The sets, copied out of the lock: a few (the usual) without an allocation.
+  std::array<std::shared_ptr<EpollSet>, 4> few;
+  size_t few_count = 0;
+  std::vector<std::shared_ptr<EpollSet>> more;
   {
     std::lock_guard lock(all.mutex);
+    // Every set lets go of the number below (or keeps a dup's registration
+    // under no number): it is watched nowhere now.
+    state->store(0, std::memory_order_release);
     if (closing_set) {
-      flag->store(false, std::memory_order_release);
       auto found = all.sets.find(fd);
       if (found != all.sets.end()) {
         closed = std::move(found->second);
@@ -137,12 +162,17 @@ void fd_closing(int fd) {
       }
     }
     if (all.watching.load(std::memory_order_relaxed)) {
-      sets.reserve(all.sets.size());
-      for (const auto& [epoll_fd, set] : all.sets) sets.push_back(set);
+      for (const auto& [epoll_fd, set] : all.sets) {
+        if (few_count < few.size())
+          few[few_count++] = set;
+        else
+          more.push_back(set);
+      }
     }
   }
   // Outside the registry's lock: a set's lock is taken under no other.
-  for (const auto& set : sets) set->fd_closing(fd);
+  for (size_t index = 0; index < few_count; ++index) few[index]->fd_closing(fd);
+  for (const auto& set : more) set->fd_closing(fd);
 }
 
 std::shared_ptr<EpollSet> active_epoll_set(int fd) {
