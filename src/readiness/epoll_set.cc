@@ -206,6 +206,7 @@ bool EpollSet::convert_locked(Watch& watch) {
   kernel_control(epoll_fd_, EPOLL_CTL_ADD, watch.fd, kControlEvents,
                  cookie(CookieKind::watch, watch.id));
   watch.converted = true;
+  watch.conversion = ++conversions_;
   watch.stream = stream;
   // Whatever is ready now is news to the application.
   watch.reported_events = 0;
@@ -292,14 +293,13 @@ uint32_t EpollSet::current_events_locked(Watch& watch, stream::Stream::Progress 
 }
 
 int EpollSet::collect_locked(epoll_event* events, int capacity, uint64_t round,
-                             stream::Stream::Progress progress) {
-  convert_upgraded_locked();
+                             stream::Stream::Progress progress, uint64_t converted_by) {
   int count = 0;
   for (const auto& owned : watches_) {
     if (count >= capacity) break;
     Watch& watch = *owned;
     if (!watch.converted && watch.nested == nullptr) continue;
-    if (watch.disabled || watch.reported_round == round) continue;
+    if (watch.disabled || watch.reported_round == round || watch.conversion > converted_by) continue;
     const bool kernel_spoke = watch.control_revents != 0;
     const uint32_t wanted = (watch.events & kReadinessBits) | EPOLLHUP | EPOLLERR;
     const uint32_t report = current_events_locked(watch, progress) & wanted;
@@ -373,7 +373,7 @@ int EpollSet::wait(epoll_event* events, int capacity, const timespec* timeout,
     // something meanwhile.
     const int polled = next::epoll_pwait(epoll_fd_, events, capacity, milliseconds_left(deadline), mask);
     if (polled <= 0 || !needs_us()) return polled;
-    if (const int kept = take_cookies(events, polled, capacity); kept > 0) return kept;
+    if (const int kept = take_cookies(events, polled); kept > 0) return kept;
     if (deadline && Clock::now() >= *deadline) return 0;
   }
   for (;;) {
@@ -381,9 +381,16 @@ int EpollSet::wait(epoll_event* events, int capacity, const timespec* timeout,
     int kernel_timeout = 0;
     bool armed = false;
     uint64_t round = 0;
+    uint64_t converted_before_wait = 0;
     {
       SetLock lock(*this);
       round = ++rounds_;
+      // Converted only here, before arming and the kernel's wait: a socket
+      // converted after the wait could be in the kernel's answer under the
+      // application's own registration and then once more in ours (two
+      // events for one fd in one call, which the kernel never gives); one
+      // converted after the arm would sleep unarmed.
+      convert_upgraded_locked();
       count = collect_locked(events, capacity, round);
       if (count == 0) {
         // Arm, then look again: a change after the arm wakes the sleep, one
@@ -393,6 +400,7 @@ int EpollSet::wait(epoll_event* events, int capacity, const timespec* timeout,
         count = collect_locked(events, capacity, round, stream::Stream::Progress::none);
         if (count == 0) kernel_timeout = milliseconds_left(deadline);
       }
+      converted_before_wait = conversions_;
     }
     int polled = 0;
     int wait_error = 0;
@@ -417,13 +425,15 @@ int EpollSet::wait(epoll_event* events, int capacity, const timespec* timeout,
         events[kept++] = events[index];
       }
     }
-    if (ours && kept < capacity) kept += collect_locked(events + kept, capacity - kept, round);
+    if (ours && kept < capacity)
+      kept += collect_locked(events + kept, capacity - kept, round, stream::Stream::Progress::make,
+                             converted_before_wait);
     if (kept > 0) return kept;
     if (deadline && Clock::now() >= *deadline) return 0;
   }
 }
 
-int EpollSet::take_cookies(epoll_event* events, int count, int capacity) {
+int EpollSet::take_cookies(epoll_event* events, int count) {
   bool ours = false;
   for (int index = 0; index < count && !ours; ++index) ours = is_cookie(events[index].data.u64);
   if (!ours) return count;
@@ -436,7 +446,10 @@ int EpollSet::take_cookies(epoll_event* events, int count, int capacity) {
       events[kept++] = events[index];
     }
   }
-  return kept + collect_locked(events + kept, capacity - kept, ++rounds_);
+  // What the cookies stood for is reported by the next wait (0: the caller
+  // waits again at once): a watch converted during this wait, by another
+  // thread, may be in the kernel's answer under its own registration too.
+  return kept;
 }
 
 bool EpollSet::prepare_outer_sleep() {

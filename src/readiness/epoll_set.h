@@ -59,8 +59,9 @@ class EpollSet {
   int wait(epoll_event* events, int capacity, const timespec* timeout, const sigset_t* mask);
   // A wait that went to the kernel without us (the set had no registration
   // of ours when it began) returned `count` events: takes ours out of them
-  // and adds what they stood for; how many remain (0: wait again).
-  int take_cookies(epoll_event* events, int count, int capacity);
+  // (the next wait reports what they stood for); how many remain (0: wait
+  // again).
+  int take_cookies(epoll_event* events, int count);
   // Whether a wait must look at the set itself: it holds a watch, or the
   // kernel set holds a registration of ours.
   bool needs_us() const {
@@ -84,6 +85,7 @@ class EpollSet {
     std::shared_ptr<upgrade::Connection> connection;
     std::shared_ptr<EpollSet> nested;
     bool converted = false;
+    uint64_t conversion = 0;           // its place in the set's conversions, once converted
     stream::Stream* stream = nullptr;  // once converted
     bool disabled = false;             // EPOLLONESHOT reported
     short control_revents = 0;         // what the kernel said of the TCP socket since
@@ -130,9 +132,13 @@ class EpollSet {
   // The application's events of a converted or nested watch, now.
   // After arm_locked, `progress` must be none (see Stream::readiness).
   uint32_t current_events_locked(Watch& watch, stream::Stream::Progress progress);
-  // Fills events with the watches to report; how many.
+  // Fills events with the watches to report; how many. Only watches
+  // converted by the set's `converted_by`-th conversion: one converted
+  // later (by another thread's epoll_ctl during a kernel wait) may be in
+  // that wait's answer under the application's registration already.
   int collect_locked(epoll_event* events, int capacity, uint64_t round,
-                     stream::Stream::Progress progress = stream::Stream::Progress::make);
+                     stream::Stream::Progress progress = stream::Stream::Progress::make,
+                     uint64_t converted_by = UINT64_MAX);
   // Arms every converted stream and nested set (and counts this waiter as
   // asleep); look at readiness after it, then sleep.
   void arm_locked();
@@ -161,6 +167,7 @@ class EpollSet {
   std::vector<std::unique_ptr<Watch>> retired_;  // erased under the lock, freed after it
   uint64_t next_id_ = 1;
   uint64_t rounds_ = 0;
+  uint64_t conversions_ = 0;
   std::atomic<uint64_t> installations_seen_{0};  // written under the lock
   size_t pending_ = 0;    // sockets not yet converted
   size_t converted_ = 0;

@@ -122,7 +122,7 @@ int epoll_wait_through(int epoll_fd, epoll_event* events, int capacity, const ti
   std::shared_ptr<EpollSet> set = find_set(epoll_fd);
   if (set == nullptr) return polled;
   ErrnoGuard errno_guard;
-  const int kept = set->take_cookies(events, polled, capacity);
+  const int kept = set->take_cookies(events, polled);
   if (kept > 0) return kept;
   return set->wait(events, capacity, timeout, mask);
 }
