@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 
 #include "common/log.h"
 #include "libc/next_symbols.h"
@@ -49,9 +51,19 @@ class LiftLock {
 };
 
 std::atomic<bool> refusal_reported{false};
+// CLOCK_MONOTONIC nanoseconds of the last refusal (0: none).
+std::atomic<int64_t> last_refusal_ns{0};
+constexpr int64_t kRefusalHoldsFor = 1'000'000'000;
+
+int64_t monotonic_ns() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
 
 int refuse(const rlimit& limit, const char* why) {
-  if (!refusal_reported.exchange(true, std::memory_order_relaxed))
+  note_descriptor_limit();
+  if (take_descriptor_limit_warning())
     QPSOCK_LOG(warn,
                "RLIMIT_NOFILE %llu (hard %llu): %s, so connections stay on TCP meanwhile (a hard "
                "limit above the soft one gives qpsock descriptors of its own)",
@@ -78,6 +90,15 @@ int lift(int fd, const rlimit& limit) {
 }
 
 }  // namespace
+
+bool own_descriptors_recently_refused() {
+  const int64_t last = last_refusal_ns.load(std::memory_order_relaxed);
+  return last != 0 && monotonic_ns() - last < kRefusalHoldsFor;
+}
+
+void note_descriptor_limit() { last_refusal_ns.store(monotonic_ns(), std::memory_order_relaxed); }
+
+bool take_descriptor_limit_warning() { return !refusal_reported.exchange(true, std::memory_order_relaxed); }
 
 int place_own_descriptor(int& fd) {
   const int saved_errno = errno;

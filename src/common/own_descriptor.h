@@ -37,6 +37,17 @@ namespace qpsock {
 // after closing it. Not for signal handlers; safe in threads and across fork.
 int keep_own_descriptor(int fd);
 
+// Whether qpsock refused one of its descriptors (or the kernel refused it
+// one, note_descriptor_limit) within the last second. An upgrade then does
+// not begin: it would take several and fail halfway, making its peer fail
+// too. Lock-free.
+bool own_descriptors_recently_refused();
+// A setup met EMFILE or ENFILE from the kernel itself.
+void note_descriptor_limit();
+// True once a process: the caller logs the process's one warning about a
+// descriptor limit (a refusal here logs it too, and counts).
+bool take_descriptor_limit_warning();
+
 // The same for a descriptor a library holds in a field of its own (an
 // rdma_cm event channel's, a completion channel's): renumbers `fd` in place
 // and returns 0, or returns -EMFILE with `fd` unchanged and still open, for

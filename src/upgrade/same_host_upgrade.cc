@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "common/own_descriptor.h"
 #include "config/config_loader.h"
 #include "libc/next_symbols.h"
 #include "upgrade/forked_children.h"
@@ -36,7 +37,12 @@ void negotiate(Connection& connection, KeptFd tcp, int side_fd, uint64_t client_
 
 // The attempt itself, once begun: the client's listener, then the handshake over it.
 void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline deadline) {
-  const int side_fd = connect_for_upgrade(client_inode);
+  const int side_fd = own_descriptors_recently_refused() ? -EMFILE : connect_for_upgrade(client_inode);
+  if (side_fd == -EMFILE || side_fd == -ENFILE) {
+    QPSOCK_LOG(info, "fd %d: no descriptor for the side channel (%d); stays on TCP", tcp.fd, side_fd);
+    connection.decline("no descriptor for the upgrade (RLIMIT_NOFILE)");
+    return;
+  }
   if (side_fd < 0) {
     QPSOCK_LOG(info, "fd %d: the peer offers no upgrade (%d); stays on TCP", tcp.fd, side_fd);
     connection.decline("the peer offers no upgrade (no qpsock, or it declined)");

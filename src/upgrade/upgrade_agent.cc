@@ -234,7 +234,11 @@ void UpgradeAgent::open_planned_listener(Offer offer) {
   }
   const char* reason = nullptr;
   int error = 0;
-  if (offer.listeners.planned_same_host) {
+  if (own_descriptors_recently_refused()) {
+    // Its server would find no listener: no handshake begins to fail halfway.
+    error = -EMFILE;
+    reason = "no descriptor for the upgrade (RLIMIT_NOFILE)";
+  } else if (offer.listeners.planned_same_host) {
     offer.listeners.planned_same_host.reset();
     offer.listeners.same_host_fd = listen_for_upgrade(offer.tcp_socket_inode);
     if ((error = offer.listeners.same_host_fd) < 0) reason = "no side-channel listener";

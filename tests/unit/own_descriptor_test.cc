@@ -81,6 +81,24 @@ TEST(OwnDescriptor, RefusesWhenNoRoomAboveASmallLimit) {
       ::testing::ExitedWithCode(0), "RLIMIT_NOFILE 1024 \\(hard 1024\\): no room above");
 }
 
+// An upgrade does not begin for a second after a refusal: it would take
+// several descriptors and fail halfway, and make its peer fail too.
+TEST(OwnDescriptor, ARefusalHoldsUpgradesBackForASecond) {
+  EXPECT_EXIT(
+      {
+        REQUIRE(!own_descriptors_recently_refused());
+        set_limits(1024, 1024);
+        REQUIRE(keep_own_descriptor(new_eventfd()) == -1);
+        REQUIRE(own_descriptors_recently_refused());
+        ::usleep(1'100'000);
+        REQUIRE(!own_descriptors_recently_refused());
+        note_descriptor_limit();  // the kernel's EMFILE, met in a setup
+        REQUIRE(own_descriptors_recently_refused());
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // A JVM raises its soft limit to the hard one (MaxFDLimit): 4096 under the
 // kernel's default.
 TEST(OwnDescriptor, SharesTheLimitAJvmRaisesTo) {

@@ -5,6 +5,7 @@
 // fork, and the stream engine running over it.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -526,6 +527,27 @@ TEST(ShmTransportSetupTest, AFailureOnOneSideFailsBothAndKeepsTheChannelInStep) 
   EXPECT_LT(results.second, 0);
   pollfd left[2] = {{sockets.fds[0], POLLIN, 0}, {sockets.fds[1], POLLIN, 0}};
   EXPECT_EQ(::poll(left, 2, 0), 0);
+}
+
+// At a descriptor limit (here RLIMIT_NOFILE 64, under which qpsock keeps
+// none of its own) both sides decline, and the process says so in one
+// warning line, not one per attempt: a process holding many connections
+// meets the limit at every attempt while it lasts.
+void establish_three_times_at_the_limit() {
+  SocketPair sockets;
+  const rlimit limit{64, 64};
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(2);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::unique_ptr<ShmTransport> first, second;
+    const auto results = establish_in_process(sockets, small_options(), small_options(), first, second);
+    if (results.first != -EMFILE || results.second != -EMFILE) _exit(3);
+  }
+  _exit(0);
+}
+
+TEST(ShmTransportSetupTest, ADescriptorLimitDeclinesWithOneWarningAProcess) {
+  EXPECT_EXIT(establish_three_times_at_the_limit(), ::testing::ExitedWithCode(0),
+              "^[^\n]*warn: RLIMIT_NOFILE 64 \\(hard 64\\)[^\n]*\n$");
 }
 
 TEST(ShmTransportSetupTest, TwoInitiatorsClash) {

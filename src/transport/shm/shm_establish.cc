@@ -7,6 +7,7 @@
 
 #include "common/errno_guard.h"
 #include "common/log.h"
+#include "common/own_descriptor.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/shm/side_channel.h"
 
@@ -43,9 +44,19 @@ bool options_valid(const ShmOptions& options) {
          options.max_slices <= kLargestSlices && options.setup_timeout.count() > 0;
 }
 
-// The one warning line of a failed setup.
+bool descriptor_limit(int error) { return error == -EMFILE || error == -ENFILE; }
+
+// The one line of a failed setup: a warning, except for a descriptor limit
+// (ours or the peer's), which a process under many connections meets at
+// every attempt while it lasts: one warning per process, then info lines.
 void explain_failure(pid_t peer, const char* step, int error) {
-  if (error == -EPERM)
+  if (descriptor_limit(error)) {
+    if (take_descriptor_limit_warning())
+      QPSOCK_LOG(warn, "shm transport: a descriptor limit (RLIMIT_NOFILE, here or in pid %d) "
+                 "keeps connections on TCP while it lasts", peer);
+    QPSOCK_LOG(info, "shm transport unavailable with pid %d: %s: %s", peer, step,
+               strerrordesc_np(-error));
+  } else if (error == -EPERM)
     QPSOCK_LOG(warn,
                "shm transport unavailable with pid %d: %s: the kernel forbids reading the "
                "peer's memory (process_vm_readv: EPERM; Yama ptrace_scope=%d, a second peer "
@@ -57,15 +68,19 @@ void explain_failure(pid_t peer, const char* step, int error) {
 }
 
 // Sends ours, then receives theirs (as long, with up to fds_in.size() fds);
-// 0 or -errno, explained.
+// 0 or -errno, explained. -EMFILE, not explained: theirs came whole, but
+// not every fd with it (the caller's verdict says so).
 int trade(int socket, const void* ours, void* theirs, size_t length, std::span<const int> fds_out,
           std::span<UniqueFd> fds_in, size_t& fds_received, Deadline deadline, pid_t peer,
           const char* what) {
   int error = send_message(socket, ours, length, fds_out, deadline);
   if (error == 0) error = receive_message(socket, theirs, length, fds_in, fds_received, deadline);
-  if (error < 0) explain_failure(peer, what, error);
+  if (error < 0 && error != -EMFILE) explain_failure(peer, what, error);
   return error;
 }
+
+// A status or verdict the peer sent: its -errno if it is one, else -EPROTO.
+int peers_error(int32_t status) { return status < 0 && status > -4096 ? status : -EPROTO; }
 
 }  // namespace
 
@@ -99,12 +114,13 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
   Hello theirs{};
   UniqueFd their_fds[2];
   size_t fds_received = 0;
-  if (int error = trade(side_channel_fd, &ours, &theirs, sizeof(ours),
-                        {ours_fds, local_status == 0 ? 2u : 0u}, their_fds, fds_received, deadline,
-                        peer_pid, "the hellos");
-      error < 0)
-    return error;
+  const int hellos = trade(side_channel_fd, &ours, &theirs, sizeof(ours),
+                           {ours_fds, local_status == 0 ? 2u : 0u}, their_fds, fds_received, deadline,
+                           peer_pid, "the hellos");
+  const bool fds_short = hellos == -EMFILE;
+  if (hellos < 0 && !fds_short) return hellos;
   if (local_status < 0) {
+    if (descriptor_limit(local_status)) note_descriptor_limit();
     explain_failure(peer_pid, "setting up our side", local_status);
     return local_status;
   }
@@ -113,13 +129,19 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
     return -EPROTO;
   }
   if (theirs.status != 0) {
-    explain_failure(peer_pid, "the peer could not set up its side", -ECONNREFUSED);
+    const int theirs_error = peers_error(theirs.status);
+    explain_failure(peer_pid, "the peer could not set up its side",
+                    descriptor_limit(theirs_error) ? theirs_error : -ECONNREFUSED);
     return -ECONNREFUSED;
   }
 
   // Both sides are set up: each now says whether it can use the other's.
   Verdict verdict = 0;
-  if (theirs.role == ours.role || fds_received != 2)
+  if (theirs.role == ours.role)
+    verdict = -EPROTO;
+  else if (fds_short)
+    verdict = -EMFILE;
+  else if (fds_received != 2)
     verdict = -EPROTO;
   else
     verdict = transport->attach_peer(std::move(their_fds[0]), std::move(their_fds[1]),
@@ -131,11 +153,14 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
       error < 0)
     return error;
   if (verdict < 0) {
+    if (descriptor_limit(verdict)) note_descriptor_limit();
     explain_failure(peer_pid, "attaching to the peer", verdict);
     return verdict;
   }
   if (their_verdict < 0) {
-    explain_failure(peer_pid, "the peer cannot use our memory", -ECONNREFUSED);
+    const int theirs_error = peers_error(their_verdict);
+    explain_failure(peer_pid, "the peer cannot use our memory",
+                    descriptor_limit(theirs_error) ? theirs_error : -ECONNREFUSED);
     return -ECONNREFUSED;
   }
   out = std::move(transport);

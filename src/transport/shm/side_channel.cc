@@ -31,7 +31,9 @@ int wait_for(int socket, short events, Deadline deadline) {
 bool retry_later(int error) { return error == EAGAIN || error == EWOULDBLOCK || error == EINTR; }
 
 // Takes the fds out of a received control message into `fds`; their count.
-size_t take_fds(msghdr& message, std::span<UniqueFd> fds, bool& overflow) {
+// One qpsock may not keep (its descriptor limit) is closed, not counted,
+// and sets `limited`.
+size_t take_fds(msghdr& message, std::span<UniqueFd> fds, bool& overflow, bool& limited) {
   size_t count = 0;
   for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
        header = CMSG_NXTHDR(&message, header)) {
@@ -40,9 +42,13 @@ size_t take_fds(msghdr& message, std::span<UniqueFd> fds, bool& overflow) {
     for (size_t index = 0; index < carried; ++index) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(header) + index * sizeof(int), sizeof(int));
-      if (count < fds.size())
-        fds[count++].reset(keep_own_descriptor(fd));
-      else {
+      if (count < fds.size()) {
+        const int kept = keep_own_descriptor(fd);
+        if (kept >= 0)
+          fds[count++].reset(kept);
+        else
+          limited = true;
+      } else {
         next::close(fd);
         overflow = true;
       }
@@ -89,6 +95,9 @@ int receive_message(int socket, void* data, size_t length, std::span<UniqueFd> f
   size_t received = 0;
   fds_received = 0;
   bool overflow = false;
+  // The kernel truncates the fds it cannot install (MSG_CTRUNC) for want of
+  // descriptors; our buffer holds more than the protocol ever sends.
+  bool limited = false;
   while (received < length) {
     iovec piece{static_cast<char*>(data) + received, length - received};
     msghdr message{};
@@ -98,8 +107,9 @@ int receive_message(int socket, void* data, size_t length, std::span<UniqueFd> f
     message.msg_controllen = sizeof(control);
     const ssize_t done = next::recvmsg(socket, &message, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (done > 0) {
-      fds_received += take_fds(message, fds.subspan(std::min(fds_received, fds.size())), overflow);
-      if ((message.msg_flags & MSG_CTRUNC) != 0) overflow = true;
+      fds_received +=
+          take_fds(message, fds.subspan(std::min(fds_received, fds.size())), overflow, limited);
+      if ((message.msg_flags & MSG_CTRUNC) != 0) limited = true;
       received += static_cast<size_t>(done);
       continue;
     }
@@ -107,7 +117,8 @@ int receive_message(int socket, void* data, size_t length, std::span<UniqueFd> f
     if (!retry_later(errno)) return -errno;
     if (int error = wait_for(socket, POLLIN, deadline); error < 0) return error;
   }
-  return overflow ? -EPROTO : 0;
+  if (overflow) return -EPROTO;
+  return limited ? -EMFILE : 0;
 }
 
 }  // namespace qpsock::transport::shm

@@ -22,6 +22,8 @@ int send_message(int socket, const void* data, size_t length, std::span<const in
 // Receives exactly `length` bytes and the fds sent with them into `fds`,
 // counting them in `fds_received` (more than fds.size() is -EPROTO); 0 or
 // -errno (-ECONNRESET at end of stream, -ETIMEDOUT past the deadline).
+// -EMFILE: every byte came, but not every fd, for want of descriptors (the
+// kernel's or qpsock's limit): the stream is still in step.
 int receive_message(int socket, void* data, size_t length, std::span<UniqueFd> fds,
                     size_t& fds_received, Deadline deadline);
 
