@@ -57,9 +57,8 @@ EpollSet::~EpollSet() {
 }
 
 EpollSet::Watch* EpollSet::find_locked(int fd) {
-  for (const auto& watch : watches_)
-    if (watch->fd == fd) return watch.get();
-  return nullptr;
+  const auto found = by_fd_.find(fd);
+  return found == by_fd_.end() ? nullptr : found->second;
 }
 
 int EpollSet::add(int fd, const epoll_event& event, std::shared_ptr<upgrade::Connection> connection,
@@ -87,6 +86,9 @@ int EpollSet::add(int fd, const epoll_event& event, std::shared_ptr<upgrade::Con
     // Upgraded already: converted now rather than at the next wait.
     if (watch->connection->stream() != nullptr) convert_locked(*watch);
   }
+  watch->slot = watches_.size();
+  by_fd_[fd] = watch.get();
+  by_id_[watch->id] = watch.get();
   watches_.push_back(std::move(watch));
   watch_count_.store(watches_.size(), std::memory_order_release);
   return 0;
@@ -147,6 +149,7 @@ void EpollSet::fd_closing(int fd) {
   // The kernel keeps a registration while another fd holds the same socket
   // (dup), still under the closed number.
   if (watch->connection != nullptr && watch->connection->attached_fds() > 0) {
+    by_fd_.erase(fd);
     watch->fd = -1;
     return;
   }
@@ -157,14 +160,17 @@ void EpollSet::erase_locked(Watch& watch, bool closing) {
   if (watch.converted) unconvert_locked(watch, closing);
   if (watch.nested != nullptr) --nested_;
   if (watch.connection != nullptr && !watch.converted) --pending_;
-  for (auto it = watches_.begin(); it != watches_.end(); ++it) {
-    if (it->get() == &watch) {
-      retired_.push_back(std::move(*it));
-      watches_.erase(it);
-      watch_count_.store(watches_.size(), std::memory_order_release);
-      return;
-    }
+  if (watch.fd >= 0) by_fd_.erase(watch.fd);
+  by_id_.erase(watch.id);
+  // The last watch takes its place (the order of watches is no promise).
+  const size_t slot = watch.slot;
+  retired_.push_back(std::move(watches_[slot]));
+  if (slot + 1 != watches_.size()) {
+    watches_[slot] = std::move(watches_.back());
+    watches_[slot]->slot = slot;
   }
+  watches_.pop_back();
+  watch_count_.store(watches_.size(), std::memory_order_release);
 }
 
 int EpollSet::ensure_signal_locked() {
@@ -347,13 +353,9 @@ void EpollSet::take_kernel_event_locked(const epoll_event& event) {
     case CookieKind::wait_handle:
       break;  // the collect that follows looks at every stream
     case CookieKind::watch: {
-      const uint64_t id = event.data.u64 & kIdMask;
-      for (const auto& watch : watches_) {
-        if (watch->id != id) continue;
-        // Nested sets have no control socket; a nonzero value still marks the edge.
-        watch->control_revents = static_cast<short>(event.events | EPOLLIN);
-        break;
-      }
+      const auto found = by_id_.find(event.data.u64 & kIdMask);
+      // Nested sets have no control socket; a nonzero value still marks the edge.
+      if (found != by_id_.end()) found->second->control_revents = static_cast<short>(event.events | EPOLLIN);
       break;
     }
   }

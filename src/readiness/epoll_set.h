@@ -79,6 +79,7 @@ class EpollSet {
  private:
   struct Watch {
     uint64_t id = 0;
+    size_t slot = 0;  // its place in watches_
     int fd = -1;  // -1 once closed while a dup keeps the socket registered
     uint32_t events = 0;
     epoll_data_t data{};
@@ -164,6 +165,10 @@ class EpollSet {
   std::atomic<size_t> watch_count_{0};
   std::mutex mutex_;
   std::vector<std::unique_ptr<Watch>> watches_;
+  // The watches by fd (those still under a number) and by id: a set of
+  // thousands is looked up per epoll_ctl and per cookie, never walked.
+  std::unordered_map<int, Watch*> by_fd_;
+  std::unordered_map<uint64_t, Watch*> by_id_;
   std::vector<std::unique_ptr<Watch>> retired_;  // erased under the lock, freed after it
   uint64_t next_id_ = 1;
   uint64_t rounds_ = 0;
