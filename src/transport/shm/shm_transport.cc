@@ -243,9 +243,16 @@ size_t ShmTransport::pop_arrivals(std::span<Completion> completions) {
 }
 
 bool ShmTransport::peer_death_due(WaiterState waiter) {
-  // After a sleep (the pidfd may be what woke us), and on the busy path once
-  // per tick of the coarse clock: a pidfd check is a system call.
-  if (waiter != WaiterState::idle) return true;
+  // After a wakeup, and after each sleep armed for one (the pidfd may be
+  // what woke us: it is in the wait handle), and on the busy path once per
+  // tick of the coarse clock: a pidfd check is a system call. Once per arm,
+  // not per poll while still armed: an epoll set holding thousands of
+  // streams arms them all before each sleep and polls them all after it.
+  if (waiter == WaiterState::signalled) return true;
+  if (waiter == WaiterState::armed && arms_checked_ != arms_) {
+    arms_checked_ = arms_;
+    return true;
+  }
   const int64_t now = coarse_now();
   if (now == death_checked_at_) return false;
   death_checked_at_ = now;
@@ -278,6 +285,7 @@ int ShmTransport::arm() {
   ErrnoGuard errno_guard;
   std::atomic<uint32_t>& waiter = local_->inbox().waiter;
   wakeup_.arm(waiter);
+  ++arms_;
   // Something already there: make the wait handle readable at once. (The
   // peer's death needs nothing: its pidfd is in the wait handle.)
   if (work_pending()) wake_if_armed(waiter, wakeup_.event_fd());

@@ -206,6 +206,8 @@ class ShmTransport final : public stream::Transport {
   bool peer_left_ = false;
   bool failure_reported_ = false;
   int64_t death_checked_at_ = 0;  // coarse clock, nanoseconds
+  uint64_t arms_ = 0;             // arm() calls so far
+  uint64_t arms_checked_ = 0;     // the arm after which the pidfd was last looked at
 };
 
 }  // namespace qpsock::transport::shm
