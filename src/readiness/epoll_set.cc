@@ -57,8 +57,17 @@ EpollSet::~EpollSet() {
 }
 
 EpollSet::Watch* EpollSet::find_locked(int fd) {
-  const auto found = by_fd_.find(fd);
-  return found == by_fd_.end() ? nullptr : found->second;
+  return fd >= 0 && static_cast<size_t>(fd) < by_fd_.size() ? by_fd_[static_cast<size_t>(fd)] : nullptr;
+}
+
+void EpollSet::index_fd_locked(int fd, Watch* watch) {
+  if (fd < 0) return;
+  const size_t at = static_cast<size_t>(fd);
+  if (at >= by_fd_.size()) {
+    if (watch == nullptr) return;
+    by_fd_.resize(std::max(at + 1, by_fd_.size() * 2), nullptr);
+  }
+  by_fd_[at] = watch;
 }
 
 int EpollSet::add(int fd, const epoll_event& event, std::shared_ptr<upgrade::Connection> connection,
@@ -87,8 +96,8 @@ int EpollSet::add(int fd, const epoll_event& event, std::shared_ptr<upgrade::Con
     if (watch->connection->stream() != nullptr) convert_locked(*watch);
   }
   watch->slot = watches_.size();
-  by_fd_[fd] = watch.get();
-  by_id_[watch->id] = watch.get();
+  index_fd_locked(fd, watch.get());
+  if (watch->nested != nullptr) by_id_[watch->id] = watch.get();
   watches_.push_back(std::move(watch));
   watch_count_.store(watches_.size(), std::memory_order_release);
   return 0;
@@ -149,7 +158,7 @@ void EpollSet::fd_closing(int fd) {
   // The kernel keeps a registration while another fd holds the same socket
   // (dup), still under the closed number.
   if (watch->connection != nullptr && watch->connection->attached_fds() > 0) {
-    by_fd_.erase(fd);
+    index_fd_locked(fd, nullptr);
     watch->fd = -1;
     return;
   }
@@ -160,8 +169,8 @@ void EpollSet::erase_locked(Watch& watch, bool closing) {
   if (watch.converted) unconvert_locked(watch, closing);
   if (watch.nested != nullptr) --nested_;
   if (watch.connection != nullptr && !watch.converted) --pending_;
-  if (watch.fd >= 0) by_fd_.erase(watch.fd);
-  by_id_.erase(watch.id);
+  index_fd_locked(watch.fd, nullptr);
+  if (!by_id_.empty()) by_id_.erase(watch.id);
   // The last watch takes its place (the order of watches is no promise).
   const size_t slot = watch.slot;
   retired_.push_back(std::move(watches_[slot]));
@@ -213,6 +222,7 @@ bool EpollSet::convert_locked(Watch& watch) {
                  cookie(CookieKind::watch, watch.id));
   watch.converted = true;
   watch.conversion = ++conversions_;
+  by_id_[watch.id] = &watch;
   watch.stream = stream;
   // Whatever is ready now is news to the application.
   watch.reported_events = 0;
@@ -236,6 +246,7 @@ void EpollSet::unconvert_locked(Watch& watch, bool closing) {
     stream_users_.erase(use);
   }
   watch.converted = false;
+  by_id_.erase(watch.id);
   watch.stream = nullptr;
   --converted_;
   ++pending_;

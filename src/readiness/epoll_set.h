@@ -165,10 +165,12 @@ class EpollSet {
   std::atomic<size_t> watch_count_{0};
   std::mutex mutex_;
   std::vector<std::unique_ptr<Watch>> watches_;
-  // The watches by fd (those still under a number) and by id: a set of
-  // thousands is looked up per epoll_ctl and per cookie, never walked.
-  std::unordered_map<int, Watch*> by_fd_;
+  // The watches by fd (those still under a number), and by id those the
+  // kernel knows by a cookie (converted and nested): a set of thousands is
+  // looked up per epoll_ctl and per cookie, never walked.
+  std::vector<Watch*> by_fd_;
   std::unordered_map<uint64_t, Watch*> by_id_;
+  void index_fd_locked(int fd, Watch* watch);
   std::vector<std::unique_ptr<Watch>> retired_;  // erased under the lock, freed after it
   uint64_t next_id_ = 1;
   uint64_t rounds_ = 0;
