@@ -121,6 +121,28 @@ class Args {
   int index_ = 1;
 };
 
+// The options of a program run as "server" and "client" on one command line
+// (fork_server, many_connections): where, how many connections, how large.
+struct EndpointOptions {
+  std::string host = "127.0.0.1";
+  std::string port = "0";
+  std::string port_file;
+  long connections = 1000;
+  std::size_t size = 64;
+};
+
+// True (and the value taken) if the current argument is one of those.
+inline bool endpoint_option(Args& args, EndpointOptions& options) {
+  std::string_view value;
+  if (args.option("--host", value)) options.host = value;
+  else if (args.option("--port", value)) options.port = value;
+  else if (args.option("--port-file", value)) options.port_file = value;
+  else if (args.option("--connections", value)) options.connections = static_cast<long>(parse_size(value));
+  else if (args.option("--size", value)) options.size = static_cast<std::size_t>(parse_size(value));
+  else return false;
+  return true;
+}
+
 // Blocking loops: a short read or write is continued, EINTR retried.
 // read_full returns false on a clean EOF before the first byte.
 inline bool read_full(int fd, void* buffer, std::size_t length) {

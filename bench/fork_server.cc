@@ -79,18 +79,10 @@ int main(int argc, char** argv) {
   Args args(argc, argv);
   if (args.done()) usage();
   const std::string mode(args.next());
-  std::string host = "127.0.0.1", port = "0", port_file;
-  long connections = 1000;
-  std::size_t size = 64;
-  while (!args.done()) {
-    std::string_view value;
-    if (args.option("--host", value)) host = value;
-    else if (args.option("--port", value)) port = value;
-    else if (args.option("--port-file", value)) port_file = value;
-    else if (args.option("--connections", value)) connections = static_cast<long>(parse_size(value));
-    else if (args.option("--size", value)) size = static_cast<std::size_t>(parse_size(value));
-    else usage();
-  }
+  EndpointOptions options;
+  while (!args.done())
+    if (!endpoint_option(args, options)) usage();
+  const auto& [host, port, port_file, connections, size] = options;
   if (size == 0 || connections <= 0) usage();
   if (mode == "server") {
     int bound = 0;
