@@ -29,6 +29,8 @@
 // held only within one call (a netlink query, a route probe) are not moved.
 #pragma once
 
+#include <cerrno>
+
 namespace qpsock {
 
 // `fd` is a descriptor qpsock just opened, or -1 from a failed open (returned
@@ -44,6 +46,8 @@ int keep_own_descriptor(int fd);
 bool own_descriptors_recently_refused();
 // A setup met EMFILE or ENFILE from the kernel itself.
 void note_descriptor_limit();
+// Whether a -errno says a descriptor limit (the process's or the system's).
+inline bool is_descriptor_limit(int error) { return error == -EMFILE || error == -ENFILE; }
 // True once a process: the caller logs the process's one warning about a
 // descriptor limit (a refusal here logs it too, and counts).
 bool take_descriptor_limit_warning();

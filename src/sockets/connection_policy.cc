@@ -33,6 +33,11 @@ void format_endpoint(const sockaddr_storage& address, char* text, size_t size) {
   }
 }
 
+// An address the caller gave (connect's, or accept's as it wrote it).
+void copy_address(const sockaddr* address, sockaddr_storage& into) {
+  memcpy(&into, address, address->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+}
+
 }  // namespace
 
 void read_connection_endpoints(int fd, const sockaddr* peer, ConnectionEndpoints& endpoints) {
@@ -42,7 +47,7 @@ void read_connection_endpoints(int fd, const sockaddr* peer, ConnectionEndpoints
   socklen_t length = sizeof(local);
   if (next::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) local.ss_family = AF_UNSPEC;
   if (peer != nullptr) {
-    memcpy(&remote, peer, peer->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+    copy_address(peer, remote);
   } else {
     length = sizeof(remote);
     if (next::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &length) != 0) {
@@ -60,7 +65,7 @@ void read_client_endpoints(int fd, int family, const sockaddr* peer, ConnectionE
   endpoints.local = {};
   endpoints.local.ss_family = static_cast<sa_family_t>(family);
   endpoints.local_read = false;
-  memcpy(&endpoints.peer, peer, peer->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+  copy_address(peer, endpoints.peer);
 }
 
 config::Decision decide_for_connection(int fd, config::Role role, const ConnectionEndpoints& endpoints) {

@@ -38,7 +38,7 @@ void negotiate(Connection& connection, KeptFd tcp, int side_fd, uint64_t client_
 // The attempt itself, once begun: the client's listener, then the handshake over it.
 void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline deadline) {
   const int side_fd = own_descriptors_recently_refused() ? -EMFILE : connect_for_upgrade(client_inode);
-  if (side_fd == -EMFILE || side_fd == -ENFILE) {
+  if (is_descriptor_limit(side_fd)) {
     QPSOCK_LOG(info, "fd %d: no descriptor for the side channel (%d); stays on TCP", tcp.fd, side_fd);
     connection.decline("no descriptor for the upgrade (RLIMIT_NOFILE)");
     return;

@@ -96,6 +96,15 @@ int socket_inode_of_fd(int fd, uint64_t& inode) {
   return 0;
 }
 
+int connection_socket_inode(int fd, const Connection& connection, uint64_t& inode) {
+  if (find_connection(fd).get() != &connection) return -ENOTCONN;
+  uint64_t read = 0;
+  if (const int error = socket_inode_of_fd(fd, read); error < 0) return error;
+  if (find_connection(fd).get() != &connection) return -ENOTCONN;
+  inode = read;
+  return 0;
+}
+
 namespace {
 
 bool names_socket(int fd, uint64_t socket_inode) {

@@ -24,6 +24,12 @@ int find_tcp_socket_inode(const sockaddr_storage& local, const sockaddr_storage&
 // The inode of the socket behind our own fd.
 int socket_inode_of_fd(int fd, uint64_t& inode);
 
+// The same, read while `connection` is at `fd` before and after the read: a
+// close takes a connection off its number before the kernel frees the
+// number, so a connection still there means the read was of its socket.
+// 0, -ENOTCONN (the connection is not at fd), or -errno.
+int connection_socket_inode(int fd, const Connection& connection, uint64_t& inode);
+
 // The fd through which this process now holds `connection`'s socket, whose
 // inode is `socket_inode`, kept (common/kept_fd.h: kept first, then checked,
 // so a close after the check ends the keep): `offered_fd` while it still is

@@ -145,16 +145,14 @@ void queue_claim_with_identity(int fd, const std::shared_ptr<Connection>& connec
 // The worker's intake of a claim handed over: the number is looked up anew and
 // must still hold the connection that claimed. Its socket's identity is read
 // here, not in the claiming call: a connection that ends within the delay
-// never costs that system call. The connection is looked for again after
-// the read: a close takes the connection off the number before the kernel
-// frees the number, so one still there was the socket read.
+// never costs that system call.
 void take_server_claim(const ServerClaim& claim) {
   std::shared_ptr<Connection> connection = find_connection(claim.fd);
   if (connection == nullptr || connection->serial() != claim.connection_serial ||
       connection->role() != config::Role::server || connection->phase() != UpgradePhase::offered)
     return;
   uint64_t inode = 0;
-  if (socket_inode_of_fd(claim.fd, inode) < 0 || find_connection(claim.fd) != connection) return;
+  if (connection_socket_inode(claim.fd, *connection, inode) < 0) return;
   queue_locating_the_client(claim.fd, inode, connection, claim.claimed_at, claim.early);
 }
 

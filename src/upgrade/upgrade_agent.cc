@@ -17,7 +17,6 @@
 #include "libc/next_symbols.h"
 #include "upgrade/agent_thread.h"
 #include "upgrade/attempt_threads.h"
-#include "upgrade/connection_registry.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
 #include "upgrade/same_host_upgrade.h"
@@ -211,19 +210,13 @@ void UpgradeAgent::open_due_listeners() {
   for (Offer& offer : due) open_planned_listener(std::move(offer));
 }
 
-// A planned offer's socket identity, read as its listener opens: the
-// connection must still be at its number after the read (a close takes it
-// off the number before the kernel frees the number for another socket).
-// A socket renumbered meanwhile is not followed: it stays on TCP.
+// A planned offer's socket identity, read as its listener opens. A socket
+// renumbered meanwhile is not followed: it stays on TCP.
 bool read_planned_socket(Offer& offer) {
   if (offer.tcp_socket_inode != 0) return true;
   const std::shared_ptr<Connection> connection = offer.connection.lock();
-  uint64_t inode = 0;
-  if (connection == nullptr || find_connection(offer.tcp_fd) != connection ||
-      socket_inode_of_fd(offer.tcp_fd, inode) < 0 || find_connection(offer.tcp_fd) != connection)
-    return false;
-  offer.tcp_socket_inode = inode;
-  return true;
+  return connection != nullptr &&
+         connection_socket_inode(offer.tcp_fd, *connection, offer.tcp_socket_inode) == 0;
 }
 
 void UpgradeAgent::open_planned_listener(Offer offer) {

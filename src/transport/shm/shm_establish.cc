@@ -44,13 +44,11 @@ bool options_valid(const ShmOptions& options) {
          options.max_slices <= kLargestSlices && options.setup_timeout.count() > 0;
 }
 
-bool descriptor_limit(int error) { return error == -EMFILE || error == -ENFILE; }
-
 // The one line of a failed setup: a warning, except for a descriptor limit
 // (ours or the peer's), which a process under many connections meets at
 // every attempt while it lasts: one warning per process, then info lines.
 void explain_failure(pid_t peer, const char* step, int error) {
-  if (descriptor_limit(error)) {
+  if (is_descriptor_limit(error)) {
     if (take_descriptor_limit_warning())
       QPSOCK_LOG(warn, "shm transport: a descriptor limit (RLIMIT_NOFILE, here or in pid %d) "
                  "keeps connections on TCP while it lasts", peer);
@@ -120,7 +118,7 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
   const bool fds_short = hellos == -EMFILE;
   if (hellos < 0 && !fds_short) return hellos;
   if (local_status < 0) {
-    if (descriptor_limit(local_status)) note_descriptor_limit();
+    if (is_descriptor_limit(local_status)) note_descriptor_limit();
     explain_failure(peer_pid, "setting up our side", local_status);
     return local_status;
   }
@@ -131,7 +129,7 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
   if (theirs.status != 0) {
     const int theirs_error = peers_error(theirs.status);
     explain_failure(peer_pid, "the peer could not set up its side",
-                    descriptor_limit(theirs_error) ? theirs_error : -ECONNREFUSED);
+                    is_descriptor_limit(theirs_error) ? theirs_error : -ECONNREFUSED);
     return -ECONNREFUSED;
   }
 
@@ -153,14 +151,14 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
       error < 0)
     return error;
   if (verdict < 0) {
-    if (descriptor_limit(verdict)) note_descriptor_limit();
+    if (is_descriptor_limit(verdict)) note_descriptor_limit();
     explain_failure(peer_pid, "attaching to the peer", verdict);
     return verdict;
   }
   if (their_verdict < 0) {
     const int theirs_error = peers_error(their_verdict);
     explain_failure(peer_pid, "the peer cannot use our memory",
-                    descriptor_limit(theirs_error) ? theirs_error : -ECONNREFUSED);
+                    is_descriptor_limit(theirs_error) ? theirs_error : -ECONNREFUSED);
     return -ECONNREFUSED;
   }
   out = std::move(transport);
