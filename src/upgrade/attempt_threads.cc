@@ -4,7 +4,7 @@
 #include <mutex>
 #include <utility>
 
-#include "upgrade/agent_thread.h"
+#include "common/helper_thread.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -57,7 +57,7 @@ void* run_attempt(void* argument) {
 bool run_attempt_on_own_thread(AttemptKind kind, std::function<void()>& attempt) {
   if (!slots().take(kind)) return false;
   auto owned = std::make_unique<Attempt>(Attempt{kind, std::move(attempt)});
-  if (start_agent_thread(kThreadNames[static_cast<int>(kind)], &run_attempt, owned.get()) != 0) {
+  if (start_helper_thread(kThreadNames[static_cast<int>(kind)], &run_attempt, owned.get()) != 0) {
     attempt = std::move(owned->run);
     slots().give_back(kind);
     return false;

@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "common/log.h"
-#include "upgrade/agent_thread.h"
+#include "common/helper_thread.h"
 #include "upgrade/connection.h"
 #include "upgrade/lingering_close.h"
 
@@ -53,7 +53,7 @@ void ConnectionTimers::schedule(ConnectionTimer timer, std::weak_ptr<Connection>
 bool ConnectionTimers::start_locked() {
   if (running_) return true;
   if (failed_) return false;
-  if (wakeup_.open() == 0 && start_agent_thread("qpsock-timer", [] { timers().run(); }) == 0) {
+  if (wakeup_.open() == 0 && start_helper_thread("qpsock-timer", [] { timers().run(); }) == 0) {
     running_ = true;
     return true;
   }

@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
-#include "upgrade/agent_thread.h"
+#include "common/helper_thread.h"
 #include "upgrade/connection.h"
 #include "upgrade/connection_registry.h"
 
@@ -59,7 +59,7 @@ bool DoorbellWatcher::start_locked() {
   if (running_) return true;
   if (failed_) return false;
   epoll_fd_ = keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC));
-  if (epoll_fd_ >= 0 && start_agent_thread("qpsock-doorbell", [] { watcher().run(); }) == 0) {
+  if (epoll_fd_ >= 0 && start_helper_thread("qpsock-doorbell", [] { watcher().run(); }) == 0) {
     running_ = true;
     return true;
   }

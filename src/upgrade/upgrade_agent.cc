@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
-#include "upgrade/agent_thread.h"
+#include "common/helper_thread.h"
 #include "upgrade/attempt_threads.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
@@ -151,7 +151,7 @@ bool UpgradeAgent::start_locked() {
   epoll_fd_ = keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC));
   if (epoll_fd_ < 0) return false;
   int error = wakeup_.open() < 0 || !watch_locked(wakeup_.fd(), kWakeup) ? -1 : 0;
-  if (error == 0) error = start_agent_thread("qpsock-agent", [] { agent().run(); });
+  if (error == 0) error = start_helper_thread("qpsock-agent", [] { agent().run(); });
   if (error != 0) {
     QPSOCK_LOG(warn, "cannot start the upgrade agent thread (%d): connections stay on TCP", error);
     wakeup_.close();

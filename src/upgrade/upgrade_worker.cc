@@ -11,7 +11,7 @@
 
 #include "common/log.h"
 #include "libc/next_symbols.h"
-#include "upgrade/agent_thread.h"
+#include "common/helper_thread.h"
 #include "upgrade/attempt_threads.h"
 
 namespace qpsock::upgrade {
@@ -162,7 +162,7 @@ bool UpgradeWorker::start() {
 bool UpgradeWorker::start_locked() {
   if (running_) return true;
   if (wakeup_.open() < 0) return false;
-  if (const int error = start_agent_thread("qpsock-worker", [] { worker().run(); }); error != 0) {
+  if (const int error = start_helper_thread("qpsock-worker", [] { worker().run(); }); error != 0) {
     QPSOCK_LOG(warn, "cannot start the upgrade worker thread (%d): connections stay on TCP", error);
     wakeup_.close();
     return false;

@@ -1,4 +1,4 @@
-#include "upgrade/agent_thread.h"
+#include "common/helper_thread.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -11,10 +11,10 @@
 #include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
-namespace qpsock::upgrade {
+namespace qpsock {
 
-int start_agent_thread(const char* name, void (*run)()) {
-  return start_agent_thread(
+int start_helper_thread(const char* name, void (*run)()) {
+  return start_helper_thread(
       name,
       [](void* argument) -> void* {
         reinterpret_cast<void (*)()>(argument)();
@@ -23,7 +23,7 @@ int start_agent_thread(const char* name, void (*run)()) {
       reinterpret_cast<void*>(run));
 }
 
-int start_agent_thread(const char* name, void* (*entry)(void*), void* argument) {
+int start_helper_thread(const char* name, void* (*entry)(void*), void* argument) {
   // The new thread inherits this mask; ours is put back at once.
   sigset_t all, previous;
   sigfillset(&all);
@@ -67,4 +67,4 @@ void HelperWakeup::sleep(int timeout_ms) const {
   (void)!next::read(fd_, &count, sizeof(count));
 }
 
-}  // namespace qpsock::upgrade
+}  // namespace qpsock
