@@ -9,6 +9,7 @@
 #include "libc/next_symbols.h"
 #include "readiness/socket_events.h"
 #include "readiness/upgraded_epoll.h"
+#include "stream/thread_waker.h"
 #include "upgrade/connection_registry.h"
 
 namespace qpsock::readiness {
@@ -105,8 +106,11 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
   if (timeout != nullptr)
     deadline = Clock::now() + std::chrono::seconds(timeout->tv_sec) +
                std::chrono::nanoseconds(timeout->tv_nsec);
-  // The application's fds, then each stream's wait handle.
+  // The application's fds, then this thread's waker, then each stream's
+  // wait handle.
+  stream::ThreadWaker* const waker = stream::ThreadWaker::of_this_thread();
   std::vector<pollfd> kernel_set(fds, fds + count);
+  kernel_set.push_back({waker != nullptr ? waker->fd() : -1, POLLIN, 0});
   for (Watched& entry : watched) {
     if (entry.epoll_set != nullptr) {
       kernel_set[entry.index].events |= POLLIN;  // the set's own fd wakes on its streams
@@ -115,7 +119,6 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
     if (!entry.has_stream()) continue;
     entry.wait_handle_slot = kernel_set.size();
     kernel_set.push_back({entry.connection->stream()->transport_wait_handle(), POLLIN, 0});
-    kernel_set.push_back({entry.connection->stream()->wake_handle(), POLLIN, 0});
   }
   // Arm every stream, then look (without sleeping); only then sleep. A
   // completion after the arm wakes the sleep; one before it is in what we
@@ -146,7 +149,7 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
     // Counted as a sleeper from before the arm: another thread's progress
     // that consumes a wakeup meant for us then signals the wake handle.
     for (const Watched& entry : watched)
-      if (entry.has_stream()) entry.connection->stream()->begin_readiness_sleep();
+      if (entry.has_stream()) entry.connection->stream()->begin_readiness_sleep(waker);
     std::vector<bool> set_ready(watched.size(), false);
     for (size_t entry = 0; entry < watched.size(); ++entry) {
       if (watched[entry].epoll_set != nullptr) {
@@ -165,6 +168,10 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
       timespec left_storage;
       const timespec* left = nullptr;
       remaining_timeout(deadline, left_storage, left);
+      // A thread no other can wake sleeps in short slices.
+      const timespec slice{0, stream::ThreadWaker::kUnwakeableSleepMs * 1'000'000L};
+      if (waker == nullptr && (left == nullptr || left->tv_sec > 0 || left->tv_nsec > slice.tv_nsec))
+        left = &slice;
       const int polled = next::ppoll(kernel_set.data(), kernel_set.size(), sleep ? left : &zero, mask);
       if (polled < 0) {
         failed = true;
@@ -176,8 +183,9 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
     const int poll_error = errno;
     for (const Watched& entry : watched) {
       if (entry.epoll_set != nullptr) entry.epoll_set->finish_outer_sleep();
-      if (entry.has_stream()) entry.connection->stream()->end_readiness_sleep();
+      if (entry.has_stream()) entry.connection->stream()->end_readiness_sleep(waker);
     }
+    if (waker != nullptr) waker->consume();
     if (failed) {
       errno = poll_error;
       result = -1;

@@ -49,7 +49,6 @@ int Stream::create(std::unique_ptr<Transport> transport, const StreamSettings& s
                                                        created->ring_registration_);
       error < 0)
     return error;
-  if (int error = created->wake_.open(); error < 0) return error;
   stream = std::move(created);
   return 0;
 }
@@ -258,14 +257,14 @@ void Stream::remove_readiness_signal(const ReadinessSignal* signal) {
   }
 }
 
-void Stream::begin_readiness_sleep() {
+void Stream::begin_readiness_sleep(ThreadWaker* waker) {
   std::lock_guard state(state_mutex_);
-  wake_.add_sleeper();
+  wake_.add_sleeper(waker);
 }
 
-void Stream::end_readiness_sleep() {
+void Stream::end_readiness_sleep(ThreadWaker* waker) {
   std::lock_guard state(state_mutex_);
-  wake_.remove_sleeper();
+  wake_.remove_sleeper(waker);
 }
 
 uint64_t Stream::activity() {

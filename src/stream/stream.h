@@ -6,7 +6,7 @@
 // state_mutex_ guards the shared bookkeeping and every post/poll on the
 // transport. Order: send or receive, then state. None is held while a thread
 // sleeps; a blocking call spins (SpinBudget), then sleeps in poll(2) on the
-// transport's wait handle, the stream's wake signal and the control fd.
+// transport's wait handle, the thread's waker and the control fd.
 #pragma once
 
 #include <poll.h>
@@ -228,12 +228,13 @@ class Stream {
   bool arm_for_readiness();
   // For the readiness layer: the fds a waiter for this stream polls.
   int transport_wait_handle() const { return transport_->wait_handle(); }
-  int wake_handle() const { return wake_.fd(); }
-  // Around a poll(2) sleep on wake_handle(): another thread's progress may
-  // consume the transport's wakeup this sleeper needed, and then wakes it
-  // through wake_handle() instead, as it wakes blocked readers and writers.
-  void begin_readiness_sleep();
-  void end_readiness_sleep();
+  // Around a poll(2) sleep that watches `waker`'s fd (the sleeping thread's,
+  // ThreadWaker::of_this_thread()): another thread's progress may consume
+  // the transport's wakeup this sleeper needed, and then wakes it through
+  // its waker instead, as it wakes blocked readers and writers. The caller
+  // consumes its waker after ending every stream's sleep.
+  void begin_readiness_sleep(ThreadWaker* waker);
+  void end_readiness_sleep(ThreadWaker* waker);
   // For epoll over upgraded sockets: `signal` hears of every change of this
   // stream's state that a thread of ours makes (a read that returned credit),
   // as the transport's wait handle tells of what the peer did.

@@ -1,6 +1,6 @@
 // Blocking waits: spin on the transport (for as long as SpinBudget says),
-// then arm it and sleep in poll(2) on its wait handle, the stream's wake
-// signal and the TCP control fd. No lock is held while sleeping.
+// then arm it and sleep in poll(2) on its wait handle, the thread's waker
+// and the TCP control fd. No lock is held while sleeping.
 #include <cerrno>
 #include <thread>
 
@@ -20,11 +20,19 @@ namespace {
 // 32.8 (docs/performance.md).
 constexpr std::chrono::microseconds kSpinYieldInterval{20};
 
-int poll_timeout(std::optional<std::chrono::steady_clock::time_point> deadline) {
-  if (!deadline) return -1;
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-      *deadline - std::chrono::steady_clock::now());
-  return static_cast<int>(std::max<int64_t>(left.count(), 0));
+// The poll's timeout: until the deadline, and in short slices for a thread
+// no other can wake.
+int sleep_timeout(std::optional<std::chrono::steady_clock::time_point> deadline,
+                  const ThreadWaker* waker) {
+  int timeout = -1;
+  if (deadline) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        *deadline - std::chrono::steady_clock::now());
+    timeout = static_cast<int>(std::max<int64_t>(left.count(), 0));
+  }
+  if (waker == nullptr && (timeout < 0 || timeout > ThreadWaker::kUnwakeableSleepMs))
+    timeout = ThreadWaker::kUnwakeableSleepMs;
+  return timeout;
 }
 
 }  // namespace
@@ -75,7 +83,10 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     // it): look again and re-arm rather than sleep.
     if (progress_locked()) continue;
 
-    pollfd fds[3] = {{transport_->wait_handle(), POLLIN, 0}, {wake_.fd(), POLLIN, 0}, {-1, 0, 0}};
+    ThreadWaker* const waker = ThreadWaker::of_this_thread();
+    pollfd fds[3] = {{transport_->wait_handle(), POLLIN, 0},
+                     {waker != nullptr ? waker->fd() : -1, POLLIN, 0},
+                     {-1, 0, 0}};
     nfds_t count = 2;
     // A number the application closed is never slept on again: another file
     // may have it now (common/kept_fd.h).
@@ -83,16 +94,17 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     const bool watch_control = watching_control_;
     const KeptFd control = control_;
     if (watch_control) fds[count++] = {control.fd, POLLIN, 0};
-    wake_.add_sleeper();
+    wake_.add_sleeper(waker);
     state.unlock();
-    const int polled = next::poll(fds, count, poll_timeout(deadline));
+    const int polled = next::poll(fds, count, sleep_timeout(deadline, waker));
     const int poll_error = polled < 0 ? errno : 0;
     ControlVerdict verdict = ControlVerdict::keep_waiting;
     // What poll saw of a number closed meanwhile may be another file's.
     if (watch_control && fds[2].revents != 0 && still_kept(control))
       verdict = control_handler_(fds[2].revents);
     state.lock();
-    wake_.remove_sleeper();
+    wake_.remove_sleeper(waker);
+    if (waker != nullptr) waker->consume();
 
     act_on_control_verdict_locked(verdict);
     if (poll_error == EINTR && options.interruptible) return -EINTR;

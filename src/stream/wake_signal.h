@@ -3,35 +3,37 @@
 // that polls a completion (say, credit a sleeping sender waits for) has also
 // consumed the transport's wakeup, so the sleeper must be told another way.
 //
-// An eventfd that stays readable while anyone sleeps; the last sleeper to
-// leave drains it. All calls but open() and fd() are made under the stream's
-// state lock, so a state change either happens before a sleeper checks its
-// condition, or after it counted itself in (and then the fd is readable).
+// The sleepers' own wakers (thread_waker.h) are listed while they sleep;
+// the stream holds no descriptor for it. All calls are made under the
+// stream's state lock, so a state change either happens before a sleeper
+// checks its condition, or after it listed itself (and then its waker's fd
+// is readable).
 #pragma once
 
-#include <cstdint>
+#include <vector>
 
-#include "common/unique_fd.h"
+#include "stream/thread_waker.h"
 
 namespace qpsock::stream {
 
 class WakeSignal {
  public:
-  WakeSignal() = default;
+  // Room for a few sleepers, so that listing one rarely allocates.
+  WakeSignal() { sleepers_.reserve(4); }
   WakeSignal(const WakeSignal&) = delete;
   WakeSignal& operator=(const WakeSignal&) = delete;
 
-  int open();  // 0 or -errno
-  int fd() const { return fd_.get(); }
-
-  void add_sleeper() { ++sleepers_; }
-  void remove_sleeper();
-  void notify();
+  // A thread without a waker (nullptr) sleeps in short slices instead.
+  void add_sleeper(ThreadWaker* waker) {
+    if (waker != nullptr) sleepers_.push_back(waker);
+  }
+  void remove_sleeper(ThreadWaker* waker);
+  void notify() {
+    for (ThreadWaker* sleeper : sleepers_) sleeper->signal();
+  }
 
  private:
-  UniqueFd fd_;
-  uint32_t sleepers_ = 0;
-  bool signalled_ = false;
+  std::vector<ThreadWaker*> sleepers_;
 };
 
 }  // namespace qpsock::stream
