@@ -1,5 +1,6 @@
 // What a connection's stream must do later even if the application never
-// calls in again, done by one thread, started on first need:
+// calls in again, done on the background loop's thread
+// (common/background_loop.h):
 // - MSG_MORE corks bytes until the application's next call on the stream;
 //   TCP does not wait for ever: it sends a corked segment within about
 //   200 ms, and a peer may well be waiting for it (a request sent with
@@ -28,8 +29,8 @@ enum class ConnectionTimer : uint8_t {
 };
 
 // Calls the timer's action on the connection `delay` from now, unless the
-// connection is gone by then. The thread keeps the connection weakly, never
-// its fd number. If no thread can be started, nothing is done later (the
+// connection is gone by then. The timers keep the connection weakly, never
+// its fd number. If the loop cannot run them, nothing is done later (the
 // next call on the stream does it, as before).
 void run_later(ConnectionTimer timer, std::weak_ptr<Connection> connection,
                std::chrono::steady_clock::duration delay);
