@@ -1,14 +1,18 @@
 #include "transport/shm/peer_process.h"
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <unordered_map>
 
+#include "common/background_loop.h"
 #include "common/errno_guard.h"
+#include "common/fork_aware_instance.h"
 #include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
@@ -18,7 +22,94 @@ namespace {
 // Enough for every post (max_slices is capped below it).
 constexpr size_t kMostPieces = 64;
 
+// A watch's tag: the pid, and the PeerProcess's serial (pids are reused).
+constexpr int kPidBits = 22;  // PID_MAX_LIMIT is 2^22
+constexpr uint64_t kPidMask = (uint64_t{1} << kPidBits) - 1;
+
+// The peer processes transports of this process share, by pid.
+class SharedPeers : public HelperLock {
+ public:
+  SharedPeers() { prepare_background_loop(); }  // its lock nests in ours
+
+  int share(pid_t pid, std::shared_ptr<PeerProcess>& out) {
+    std::shared_ptr<PeerProcess> gone;  // exited, perhaps not yet told by the loop
+    int error = 0;
+    {
+      std::lock_guard lock(*this);
+      Entry& known = by_pid_[pid];
+      std::shared_ptr<PeerProcess> live = known.peer.lock();
+      if (live != nullptr && !live->exited()) {
+        out = std::move(live);
+        return 0;
+      }
+      gone = std::move(live);
+      error = open_locked(pid, known, out);
+      if (error < 0)
+        by_pid_.erase(pid);
+      else
+        forget_gone_peers();
+    }
+    if (gone != nullptr) gone->report_exit();
+    return error;
+  }
+
+  // The child's transports inherited from its parent are unusable
+  // (shm_transport.h), and so are the parent's ptrace grants.
+  void forget_after_fork() { by_pid_.clear(); }
+
+ private:
+  struct Entry {
+    std::weak_ptr<PeerProcess> peer;
+    uint64_t serial = 0;
+  };
+
+  // A new PeerProcess for `pid`, its exit watched, in `entry` and `out`; 0
+  // or -errno.
+  int open_locked(pid_t pid, Entry& entry, std::shared_ptr<PeerProcess>& out) {
+    auto opened = std::make_shared<PeerProcess>();
+    if (int error = opened->open(pid); error < 0) return error;
+    const uint64_t serial = ++serials_ & (kLargestBackgroundTag >> kPidBits);
+    if (int error = watch_in_background(opened->pidfd(), EPOLLIN | EPOLLONESHOT, &on_exit,
+                                        serial << kPidBits | static_cast<uint64_t>(pid));
+        error < 0)
+      return error;
+    entry = {opened, serial};
+    out = std::move(opened);
+    return 0;
+  }
+
+  static void on_exit(uint64_t tag, uint32_t /*events*/) {
+    const auto pid = static_cast<pid_t>(tag & kPidMask);
+    std::shared_ptr<PeerProcess> peer;
+    {
+      auto& peers = fork_aware_instance<SharedPeers>();
+      std::lock_guard lock(peers);
+      const auto found = peers.by_pid_.find(pid);
+      // Another serial: share() found this one gone and told it.
+      if (found != peers.by_pid_.end() && found->second.serial == tag >> kPidBits)
+        peer = found->second.peer.lock();
+    }
+    if (peer != nullptr) peer->report_exit();
+  }
+
+  // Entries whose transports are all gone, once the map has doubled since
+  // the last sweep: the work per share stays constant on average.
+  void forget_gone_peers() {
+    if (by_pid_.size() < swept_size_ * 2) return;
+    std::erase_if(by_pid_, [](const auto& entry) { return entry.second.peer.expired(); });
+    swept_size_ = std::max<size_t>(by_pid_.size(), 16);
+  }
+
+  std::unordered_map<pid_t, Entry> by_pid_;
+  size_t swept_size_ = 16;
+  uint64_t serials_ = 0;
+};
+
 }  // namespace
+
+int share_peer_process(pid_t pid, std::shared_ptr<PeerProcess>& out) {
+  return fork_aware_instance<SharedPeers>().share(pid, out);
+}
 
 int PeerProcess::open(pid_t pid) {
   const int fd = keep_own_descriptor(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
@@ -72,4 +163,23 @@ int PeerProcess::read(std::span<const iovec> destination, uint64_t address, size
   return exited() ? -ESRCH : 0;
 }
 
+int PeerProcess::subscribe(PeerExitListener* listener) {
+  std::lock_guard lock(listeners_mutex_);
+  if (exit_reported_.load()) return -ESRCH;
+  listeners_.push_back(listener);
+  return 0;
+}
+
+void PeerProcess::unsubscribe(PeerExitListener* listener) {
+  std::lock_guard lock(listeners_mutex_);
+  std::erase(listeners_, listener);
+}
+
+void PeerProcess::report_exit() {
+  std::lock_guard lock(listeners_mutex_);
+  if (exit_reported_.exchange(true)) return;
+  for (PeerExitListener* listener : listeners_) listener->peer_exited();
+}
+
 }  // namespace qpsock::transport::shm
+

@@ -1,19 +1,37 @@
 // The peer process: its pid, a pidfd on it (readable once it exited; never
 // confused with a later process that reuses the pid), and reads of its
 // memory with process_vm_readv (the rendezvous's "RDMA READ": one copy,
-// straight into the destination).
+// straight into the destination). Every transport with the same peer
+// process shares one PeerProcess (share_peer_process): one pidfd per peer,
+// not per connection, watched by the background loop
+// (common/background_loop.h), which tells each transport of the peer's exit.
 #pragma once
 
 #include <sys/types.h>
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
+#include <vector>
 
 #include "common/unique_fd.h"
 
 namespace qpsock::transport::shm {
+
+// Told once that the peer process exited, on the background loop's thread,
+// under the PeerProcess's lock (unsubscribe waits for it): it may only set
+// flags and wake its sleepers.
+class PeerExitListener {
+ public:
+  virtual void peer_exited() = 0;
+
+ protected:
+  ~PeerExitListener() = default;
+};
 
 class PeerProcess {
  public:
@@ -32,9 +50,29 @@ class PeerProcess {
   // ptracer_grant.h; -ESRCH: the peer is gone; -EFAULT: a bad address).
   int read(std::span<const iovec> destination, uint64_t address, size_t length) const;
 
+  // For a shared PeerProcess: whether its exit was reported (no system call;
+  // it lags the exit by the loop's wakeup).
+  bool exit_reported() const { return exit_reported_.load(); }
+  // `listener` hears of the exit until it unsubscribes: 0, or -ESRCH when
+  // the exit was already reported.
+  int subscribe(PeerExitListener* listener);
+  void unsubscribe(PeerExitListener* listener);
+  // Reports the exit to every listener, once.
+  void report_exit();
+
  private:
   pid_t pid_ = -1;
   UniqueFd pidfd_;
+  std::atomic<bool> exit_reported_{false};
+  std::mutex listeners_mutex_;
+  std::vector<PeerExitListener*> listeners_;
 };
+
+// The PeerProcess of the live process `pid` that this process already
+// shares with, or a new one, its exit watched: 0 with `out` set, or -errno
+// (from open(), or from the background loop). A process that exited (its
+// pid perhaps reused) is never handed out again. Thread-safe; a forked
+// child starts with none.
+int share_peer_process(pid_t pid, std::shared_ptr<PeerProcess>& out);
 
 }  // namespace qpsock::transport::shm

@@ -170,8 +170,8 @@ int ShmTransport::set_up_local(pid_t peer_pid) {
   epoch_ = current_epoch();
   if (page_ == nullptr || epoch_ == 0) return -ENOMEM;
   if (int error = grant_.acquire(peer_pid, page_, epoch_); error < 0) return error;
-  if (int error = peer_.open(peer_pid); error < 0) return error;
-  if (int error = wakeup_.open(peer_.pidfd()); error < 0) return error;
+  if (int error = share_peer_process(peer_pid, peer_); error < 0) return error;
+  if (int error = wakeup_.open(); error < 0) return error;
   std::unique_ptr<LocalArena> arena;
   if (int error = LocalArena::create(
           ArenaLayout::make(options_.notification_capacity, options_.ring_size), arena);
@@ -181,6 +181,8 @@ int ShmTransport::set_up_local(pid_t peer_pid) {
   publisher_ = std::make_shared<RegistrationPublisher>(local_, page_, epoch_);
   inbox_ = ImmediateReceiver(&local_->inbox(), local_->inbox_slots(), local_->layout(),
                              &local_->control().inbox_head);
+  if (int error = peer_->subscribe(this); error < 0) return error;
+  listening_for_exit_ = true;
   return 0;
 }
 
@@ -196,7 +198,7 @@ int ShmTransport::attach_peer(UniqueFd arena_fd, UniqueFd event_fd, uint64_t are
   // in the process the pid (checked by the pidfd) names.
   uint64_t word = 0;
   const iovec into{&word, sizeof(word)};
-  if (int error = peer_.read({&into, 1}, probe_address, sizeof(word)); error < 0) return error;
+  if (int error = peer_->read({&into, 1}, probe_address, sizeof(word)); error < 0) return error;
   return word == peer_arena_->control().probe_word ? 0 : -EPROTO;
 }
 

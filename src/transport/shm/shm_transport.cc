@@ -2,8 +2,6 @@
 // arming and breaking the link. Setup is in shm_establish.cc.
 #include "transport/shm/shm_transport.h"
 
-#include <time.h>
-
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -46,12 +44,6 @@ size_t total_length(std::span<const LocalSlice> slices) {
   return total;
 }
 
-int64_t coarse_now() {
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
-}
-
 }  // namespace
 
 ShmTransport::ShmTransport(ConstructionKey, const ShmOptions& options)
@@ -61,8 +53,16 @@ ShmTransport::~ShmTransport() {
   // A forked child only drops its own copies of the mappings and fds.
   if (page_ != nullptr && in_owner_process()) {
     ErrnoGuard errno_guard;
+    if (listening_for_exit_) peer_->unsubscribe(this);
     break_link();
   }
+}
+
+void ShmTransport::peer_exited() {
+  // As the peer's last act would: seen by the next poll, or it wakes the
+  // sleeper armed for it (seq_cst after the report, as wakeup.h asks).
+  ErrnoGuard errno_guard;
+  wake_if_armed(local_->inbox().waiter, wakeup_.event_fd());
 }
 
 int ShmTransport::map_receive_ring(size_t length, stream::MappedMemory& ring) {
@@ -111,7 +111,7 @@ int ShmTransport::post(CompletionKind kind, size_t slice_count, uint64_t cookie,
   if (completions_.full()) return -ENOMEM;
   ErrnoGuard errno_guard;
   int status = kFlushedStatus;
-  if (!link_failed(false)) {
+  if (!link_failed()) {
     status = deliver();
     if (status < 0) break_link();
   }
@@ -166,8 +166,8 @@ int ShmTransport::deliver_read(std::span<const LocalSlice> destination, RemoteRe
     }
     return 0;
   }
-  if (int error = peer_.read({pieces.data(), count}, region.remote_address, length); error < 0) {
-    QPSOCK_LOG(debug, "shm: process_vm_readv of pid %d failed: %d", peer_.pid(), error);
+  if (int error = peer_->read({pieces.data(), count}, region.remote_address, length); error < 0) {
+    QPSOCK_LOG(debug, "shm: process_vm_readv of pid %d failed: %d", peer_->pid(), error);
     return error == -ESRCH ? kFlushedStatus : -EFAULT;
   }
   // Deregistered while we read: what we got may not be what was published.
@@ -185,7 +185,7 @@ int ShmTransport::poll(std::span<Completion> completions) {
   ErrnoGuard errno_guard;
   // Drain the wakeup before looking, so a wakeup for work we do not see
   // here stays pending for the sleep that follows.
-  const WaiterState waiter = wakeup_.consume(local_->inbox().waiter);
+  wakeup_.consume(local_->inbox().waiter);
   if (failure_reported_) return static_cast<int>(completions_.pop_into(completions));
   // The link's failure is looked at first: a peer pushes its last immediates
   // before it closes or dies, so once a failure is seen, the inbox holds
@@ -195,14 +195,10 @@ int ShmTransport::poll(std::span<Completion> completions) {
   // followed. (Otherwise a close between two looks, or a post of ours that
   // failed on it, would hide the peer's last notifications: its end of
   // stream, and bytes it wrote before it.)
-  bool failed = link_failed(false);
+  bool failed = link_failed();
   size_t count = pop_arrivals(completions);
   failed = failed || broken_;  // (an overrun breaks the link while popping)
   count += completions_.pop_into(completions.subspan(count));
-  if (!failed && count == 0 && peer_death_due(waiter) && link_failed(true)) {
-    failed = true;
-    count += pop_arrivals(completions);
-  }
   if (failed && count < completions.size()) {
     // As an RC QP flushes its receives: one error, after every arrival.
     completions[count++] = {CompletionKind::arrived, kFlushedStatus, 0, 0};
@@ -242,28 +238,11 @@ size_t ShmTransport::pop_arrivals(std::span<Completion> completions) {
   return count;
 }
 
-bool ShmTransport::peer_death_due(WaiterState waiter) {
-  // After a wakeup, and after each sleep armed for one (the pidfd may be
-  // what woke us: it is in the wait handle), and on the busy path once per
-  // tick of the coarse clock: a pidfd check is a system call. Once per arm,
-  // not per poll while still armed: an epoll set holding thousands of
-  // streams arms them all before each sleep and polls them all after it.
-  if (waiter == WaiterState::signalled) return true;
-  if (waiter == WaiterState::armed && arms_checked_ != arms_) {
-    arms_checked_ = arms_;
-    return true;
-  }
-  const int64_t now = coarse_now();
-  if (now == death_checked_at_) return false;
-  death_checked_at_ = now;
-  return true;
-}
-
-bool ShmTransport::link_failed(bool look_for_death) {
+bool ShmTransport::link_failed() {
   if (broken_) return true;
-  if (peer_arena_->control().closed.load() != 0 || (look_for_death && peer_.exited())) {
+  if (peer_arena_->control().closed.load() != 0 || peer_->exit_reported()) {
     ErrnoGuard errno_guard;
-    QPSOCK_LOG(debug, "shm: peer pid %d disconnected or exited", peer_.pid());
+    QPSOCK_LOG(debug, "shm: peer pid %d disconnected or exited", peer_->pid());
     peer_left_ = true;
     break_link();
     return true;
@@ -277,7 +256,7 @@ bool ShmTransport::work_pending() const {
   // more before it sees our close; an overrun leaves its bad tail).
   if (failure_reported_) return false;
   if (inbox_.pending()) return true;
-  return broken_ || peer_arena_->control().closed.load() != 0;
+  return broken_ || peer_arena_->control().closed.load() != 0 || peer_->exit_reported();
 }
 
 int ShmTransport::arm() {
@@ -285,9 +264,8 @@ int ShmTransport::arm() {
   ErrnoGuard errno_guard;
   std::atomic<uint32_t>& waiter = local_->inbox().waiter;
   wakeup_.arm(waiter);
-  ++arms_;
-  // Something already there: make the wait handle readable at once. (The
-  // peer's death needs nothing: its pidfd is in the wait handle.)
+  // Something already there (the peer's exit too, reported before the arm):
+  // make the wait handle readable at once.
   if (work_pending()) wake_if_armed(waiter, wakeup_.event_fd());
   return 0;
 }
@@ -322,9 +300,6 @@ void ShmTransport::break_link() {
   }
   peer_arena_.reset();
   peer_event_fd_.reset();
-  // The death (if that is what this was) is known now: a dead peer's pidfd
-  // would keep the wait handle readable for good.
-  wakeup_.forget_peer(peer_.pidfd());
   // Another of our threads may sleep armed: it must see the error.
   wake_if_armed(local_->inbox().waiter, wakeup_.event_fd());
 }

@@ -28,10 +28,11 @@
 //   the peer only ever writes into the shared memfd, never (by
 //   process_vm_writev) into private memory that a racing deregistration
 //   could hand back to the allocator.
-// - The wait handle is an epoll set of our eventfd and a pidfd on the peer,
-//   so a sleeper wakes on a completion and on the peer's death; the peer's
-//   pid is never used without its pidfd confirming it is still the peer
-//   (pid reuse).
+// - The wait handle is our eventfd: a sleeper wakes on a completion, and on
+//   the peer's death, which the background loop sees on the pidfd that every
+//   transport with that process shares (peer_process.h). The peer's pid is
+//   never used without its pidfd confirming it is still the peer (pid
+//   reuse). A connection holds two descriptors: its eventfd and the peer's.
 //
 // fork: the arenas are MAP_SHARED, so a forked child shares them with its
 // parent. A child must not touch them: every call of a transport inherited
@@ -88,7 +89,7 @@ struct ShmOptions {
   std::chrono::milliseconds setup_timeout{2000};
 };
 
-class ShmTransport final : public stream::Transport {
+class ShmTransport final : public stream::Transport, private PeerExitListener {
   struct ConstructionKey {
     explicit ConstructionKey() = default;
   };
@@ -154,13 +155,16 @@ class ShmTransport final : public stream::Transport {
   // the close or the pidfd wakes us.
   bool peer_left() const override { return peer_left_; }
 
-  pid_t peer_pid() const { return peer_.pid(); }
+  pid_t peer_pid() const { return peer_ != nullptr ? peer_->pid() : -1; }
   // Whether the link is broken (a disconnect, a violation, the peer's end).
   bool link_broken() const { return broken_; }
 
  private:
+  // Wakes a sleeper to find the link failed (PeerExitListener).
+  void peer_exited() override;
+
   // --- shm_establish.cc ---
-  // Our arena, eventfd, pidfd and wait handle; 0 or -errno.
+  // Our arena and eventfd, and the shared peer process; 0 or -errno.
   int set_up_local(pid_t peer_pid);
   // Maps the peer's arena and proves, by reading its probe word with
   // process_vm_readv, that the pid is the arena's owner and readable.
@@ -183,8 +187,7 @@ class ShmTransport final : public stream::Transport {
   // how many.
   size_t pop_arrivals(std::span<stream::Completion> completions);
   // Whether the link has failed (noticing the peer's disconnect or death).
-  bool link_failed(bool look_for_death);
-  bool peer_death_due(WaiterState waiter);
+  bool link_failed();
   bool work_pending() const;
   void break_link();
 
@@ -192,7 +195,7 @@ class ShmTransport final : public stream::Transport {
   ProcessPage* page_ = nullptr;
   uint64_t epoch_ = 0;
   PtracerGrant grant_;
-  PeerProcess peer_;
+  std::shared_ptr<PeerProcess> peer_;  // shared with every transport to that process
   Wakeup wakeup_;
   std::shared_ptr<LocalArena> local_;
   std::shared_ptr<RegistrationPublisher> publisher_;
@@ -205,9 +208,7 @@ class ShmTransport final : public stream::Transport {
   bool broken_ = false;
   bool peer_left_ = false;
   bool failure_reported_ = false;
-  int64_t death_checked_at_ = 0;  // coarse clock, nanoseconds
-  uint64_t arms_ = 0;             // arm() calls so far
-  uint64_t arms_checked_ = 0;     // the arm after which the pidfd was last looked at
+  bool listening_for_exit_ = false;  // subscribed to peer_
 };
 
 }  // namespace qpsock::transport::shm

@@ -1,6 +1,5 @@
 #include "transport/shm/wakeup.h"
 
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 
 #include <cerrno>
@@ -23,22 +22,9 @@ void wake_if_armed(std::atomic<uint32_t>& waiter, int event_fd) {
   [[maybe_unused]] ssize_t written = next::write(event_fd, &one, sizeof(one));
 }
 
-int Wakeup::open(int pidfd) {
+int Wakeup::open() {
   event_fd_.reset(keep_own_descriptor(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)));
-  if (!event_fd_.valid()) return -errno;
-  epoll_.reset(keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC)));
-  if (!epoll_.valid()) return -errno;
-  for (int fd : {event_fd_.get(), pidfd}) {
-    epoll_event interest{};
-    interest.events = EPOLLIN;
-    interest.data.fd = fd;
-    if (next::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &interest) != 0) return -errno;
-  }
-  return 0;
-}
-
-void Wakeup::forget_peer(int pidfd) {
-  next::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, pidfd, nullptr);
+  return event_fd_.valid() ? 0 : -errno;
 }
 
 void Wakeup::arm(std::atomic<uint32_t>& waiter) {

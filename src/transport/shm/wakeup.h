@@ -11,8 +11,9 @@
 // seq_cst (not fences, which ThreadSanitizer does not model), so at least one
 // of them sees the other.
 //
-// The wait handle the engine sleeps on is an epoll set of the eventfd and the
-// peer's pidfd, so the peer's death wakes a sleeper too.
+// The wait handle the engine sleeps on is the eventfd itself; the peer's
+// death is told by the background loop, which wakes it as a peer would
+// (peer_process.h).
 #pragma once
 
 #include <atomic>
@@ -29,13 +30,10 @@ void wake_if_armed(std::atomic<uint32_t>& waiter, int event_fd);
 
 class Wakeup {
  public:
-  // The eventfd and the epoll set over it and `pidfd`; 0 or -errno.
-  int open(int pidfd);
+  // The eventfd; 0 or -errno.
+  int open();
   int event_fd() const { return event_fd_.get(); }
-  int wait_handle() const { return epoll_.get(); }
-  // Stops watching the peer's pidfd (it stays readable once the peer died,
-  // and the death was reported).
-  void forget_peer(int pidfd);
+  int wait_handle() const { return event_fd_.get(); }
 
   // Requests a wakeup: the caller then looks for work and calls
   // wake_if_armed(waiter, event_fd()) on itself if it found some.
@@ -47,7 +45,6 @@ class Wakeup {
   void drain();
 
   UniqueFd event_fd_;
-  UniqueFd epoll_;
 };
 
 }  // namespace qpsock::transport::shm
