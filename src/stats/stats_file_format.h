@@ -22,7 +22,7 @@ namespace qpsock::stats::format {
 
 inline constexpr uint64_t kMagic = 0x3154415453505051ull;  // "QPPSTAT1", little-endian
 inline constexpr uint32_t kVersion = 1;
-inline constexpr uint32_t kDefaultSlotCount = 4096;
+inline constexpr uint32_t kDefaultSlotCount = 1u << 16;  // a sparse file: a slot costs memory once used
 inline constexpr uint32_t kMaximumSlotCount = 1u << 16;  // the slot index has 16 bits in a handle
 inline constexpr const char* kFileSuffix = ".qpstat";
 // Processes listed per slot: the opener and the children that inherited the socket.

@@ -183,6 +183,24 @@ TEST_F(StatsRegistry, ReleaseAllFreesEverythingAndRemovesTheFile) {
   EXPECT_TRUE(directory_.files().empty());
 }
 
+TEST(StatsRegistryDefault, AProcessRecordsTenThousandConnectionsAtOnce) {
+  TemporaryDirectory directory;
+  Registry registry(directory.path(), format::kDefaultSlotCount);
+  const sockaddr_in local = ipv4("127.0.0.1", 40000), peer = ipv4("127.0.0.1", 5201);
+  std::vector<Handle> handles;
+  for (int index = 0; index < 10'000; ++index) {
+    handles.push_back(registry.open(as_sockaddr(local), as_sockaddr(peer), Role::server,
+                                    Path::shm, "", ""));
+    ASSERT_NE(handles.back(), 0u) << "connection " << index;
+  }
+  EXPECT_EQ(registry.header()->dropped.load(), 0u);
+  for (Handle handle : handles) {
+    EXPECT_NE(registry.find(handle), nullptr);
+    registry.close(handle);
+    EXPECT_EQ(registry.find(handle), nullptr);
+  }
+}
+
 TEST(StatsRegistryDirectory, MissingDirectoryMeansNoRecordsNotFailure) {
   Registry registry("/nonexistent/qpsock-stats", 8);
   const sockaddr_in address = ipv4("127.0.0.1", 1);
