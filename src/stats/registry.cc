@@ -42,18 +42,25 @@ void store_endpoint(const sockaddr* address, uint8_t& family, uint16_t& port, ui
   }
 }
 
-// The private memory of a view: the references, then the held bits.
+// The private memory of a view: the references, the held bits, then a bit
+// per word of those.
 size_t references_bytes(uint32_t slot_count) {
   return (slot_count * sizeof(std::atomic<uint32_t>) + 7) / 8 * 8;
 }
+uint32_t held_word_count(uint32_t slot_count) { return (slot_count + 63) / 64; }
 size_t private_bytes(uint32_t slot_count) {
-  return references_bytes(slot_count) + (slot_count + 63) / 64 * sizeof(std::atomic<uint64_t>);
+  const uint32_t words = held_word_count(slot_count);
+  return references_bytes(slot_count) + (words + (words + 63) / 64) * sizeof(std::atomic<uint64_t>);
 }
 
 uint64_t held_bit(uint32_t index) { return uint64_t{1} << (index % 64); }
 
-void set_held(std::atomic<uint64_t>* held, uint32_t index) {
-  held[index / 64].fetch_or(held_bit(index), std::memory_order_relaxed);
+// The word's bit goes up after the slot's: a visit that takes a word's bit
+// down looks at the word again afterwards (visit_held), so seq_cst keeps
+// either the slot's bit in its sight or the word's bit up.
+void set_held(std::atomic<uint64_t>* held, std::atomic<uint64_t>* held_words, uint32_t index) {
+  held[index / 64].fetch_or(held_bit(index));
+  held_words[index / 64 / 64].fetch_or(held_bit(index / 64));
 }
 
 void clear_held(std::atomic<uint64_t>* held, uint32_t index) {
@@ -141,6 +148,7 @@ int Registry::create_own_view() {
   // held before references: the fork steps look at a view once references is set.
   view->held = reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(references) +
                                                          references_bytes(slot_count_));
+  view->held_words = view->held + held_word_count(slot_count_);
   view->references = static_cast<std::atomic<uint32_t>*>(references);
   view->cursor.store(0, std::memory_order_relaxed);
   view->mapped_here = true;
@@ -181,7 +189,7 @@ Handle Registry::open(const sockaddr* local, const sockaddr* peer, Role role, Pa
     slot.users[0].store(current_pid(), std::memory_order_relaxed);
     copy_text(slot.decision, sizeof(slot.decision), decision);
     write_reason(slot, reason);
-    set_held(view.held, index);
+    set_held(view.held, view.held_words, index);
     view.references[index].store(1, std::memory_order_relaxed);
     note_used(header, index);
     slot.state.store(format::make_state(generation, format::SlotState::open), std::memory_order_release);
@@ -223,7 +231,7 @@ void Registry::add_reference(Handle handle) {
     // Counted first: a last reference dropped meanwhile then keeps its bit
     // (drop_reference), or this sets it again.
     view.references[handle_index(handle)].fetch_add(1, std::memory_order_relaxed);
-    set_held(view.held, handle_index(handle));
+    set_held(view.held, view.held_words, handle_index(handle));
   }
 }
 
@@ -243,7 +251,7 @@ void Registry::drop_reference(View& view, uint32_t index) {
   if (count - 1 == 0) {
     clear_held(view.held, index);
     // Another thread's dup or a fork's mark may have come meanwhile.
-    if (references.load(std::memory_order_relaxed) != 0) set_held(view.held, index);
+    if (references.load(std::memory_order_relaxed) != 0) set_held(view.held, view.held_words, index);
   }
   format::Slot& slot = format::slots_of(view.file.mapping)[index];
   leave(slot, slot.state.load(std::memory_order_acquire));
@@ -283,12 +291,24 @@ void Registry::free_if_unused(format::Slot& slot, uint64_t state) {
 template <typename Visit>
 void Registry::visit_held(const View& view, Visit visit) {
   if (view.held == nullptr) return;
-  const uint32_t words = (view.slot_count + 63) / 64;
-  for (uint32_t word = 0; word < words; ++word) {
-    uint64_t bits = view.held[word].load(std::memory_order_relaxed);
-    while (bits != 0) {
-      visit(word * 64 + static_cast<uint32_t>(std::countr_zero(bits)));
-      bits &= bits - 1;
+  const uint32_t summaries = (held_word_count(view.slot_count) + 63) / 64;
+  for (uint32_t summary = 0; summary < summaries; ++summary) {
+    uint64_t words = view.held_words[summary].load();
+    while (words != 0) {
+      const uint32_t word = summary * 64 + static_cast<uint32_t>(std::countr_zero(words));
+      words &= words - 1;
+      uint64_t bits = view.held[word].load();
+      if (bits == 0) {
+        // Down, then look again: a bit set meanwhile puts it back up.
+        view.held_words[summary].fetch_and(~held_bit(word));
+        bits = view.held[word].load();
+        if (bits == 0) continue;
+        view.held_words[summary].fetch_or(held_bit(word));
+      }
+      while (bits != 0) {
+        visit(word * 64 + static_cast<uint32_t>(std::countr_zero(bits)));
+        bits &= bits - 1;
+      }
     }
   }
 }
@@ -306,7 +326,7 @@ void Registry::before_fork() {
       view.references[index].fetch_or(kForkMark, std::memory_order_relaxed);
       // Marked, so visited after the fork even if its last reference went
       // just before the mark (and took the bit).
-      set_held(view.held, index);
+      set_held(view.held, view.held_words, index);
     });
   }
 }

@@ -128,8 +128,11 @@ class Registry {
     std::atomic<uint32_t>* references = nullptr;
     // A bit per slot, set while this process may hold references to it (in
     // the same mapping, after `references`): fork and exit visit only these,
-    // not every slot (a forking server forks at each connection).
+    // not every slot (a forking server forks at each connection). After
+    // them, a bit per word of `held` that may be non-zero, so that a visit
+    // reads a few words however many slots the file has.
     std::atomic<uint64_t>* held = nullptr;
+    std::atomic<uint64_t>* held_words = nullptr;
     std::atomic<uint32_t> cursor{0};  // where an open looks first: the slot this process freed last
     bool mapped_here = false;          // by this object (tests unmap it)
   };
