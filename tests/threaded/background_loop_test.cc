@@ -14,6 +14,8 @@
 #include <chrono>
 #include <thread>
 
+#include "support/stream_test_support.h"  // QPSOCK_TESTING_UNDER_TSAN
+
 namespace qpsock {
 namespace {
 
@@ -87,6 +89,11 @@ TEST(BackgroundLoop, ATagBeyondItsBitsIsRefused) {
 }
 
 TEST(BackgroundLoop, AForkedChildHasALoopOfItsOwn) {
+#ifdef QPSOCK_TESTING_UNDER_TSAN
+  // ThreadSanitizer ends a child that starts a thread after its parent had
+  // several (die_after_fork), which is what this test does.
+  GTEST_SKIP() << "a thread started after a multithreaded fork";
+#endif
   EventFd parents;
   const int before = calls.load();
   ASSERT_EQ(watch_in_background(parents.fd, EPOLLIN | EPOLLET, &record, 5), 0);
