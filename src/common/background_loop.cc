@@ -2,8 +2,8 @@
 
 #include <sys/epoll.h>
 
-#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <mutex>
 
@@ -24,19 +24,23 @@ constexpr int kTagBits = 56;
 class BackgroundLoop : public HelperLock {
  public:
   int watch(int fd, uint32_t events, BackgroundCallback callback, uint64_t tag);
+  // Starts the loop and registers `callback`: its number, or -errno.
+  int64_t prepare(BackgroundCallback callback);
   void run();
   void forget_after_fork();
 
  private:
   int start_locked();
-  // The callback's index + 1, added if new; 0 when the table is full.
-  uint64_t callback_number_locked(BackgroundCallback callback);
+  // The callback's index + 1 if the loop runs and knows it, else 0. No lock.
+  uint64_t known_number(BackgroundCallback callback) const;
 
-  int epoll_fd_ = -1;
-  bool running_ = false;
+  // Written under the lock; read without it on the fast path: epoll_fd_
+  // before running_ is set, callbacks_[n] before callback_count_ passes n.
+  std::atomic<int> epoll_fd_{-1};
+  std::atomic<bool> running_{false};
   int start_error_ = 0;  // no thread: every later watch fails with it
-  std::array<BackgroundCallback, kMostCallbacks> callbacks_{};
-  size_t callback_count_ = 0;
+  std::array<std::atomic<BackgroundCallback>, kMostCallbacks> callbacks_{};
+  std::atomic<size_t> callback_count_{0};
 };
 
 BackgroundLoop& loop() { return fork_aware_instance<BackgroundLoop>(); }
@@ -44,48 +48,59 @@ BackgroundLoop& loop() { return fork_aware_instance<BackgroundLoop>(); }
 int BackgroundLoop::watch(int fd, uint32_t events, BackgroundCallback callback, uint64_t tag) {
   if (tag > kLargestBackgroundTag || callback == nullptr) return -EINVAL;
   ErrnoGuard errno_guard;
-  std::lock_guard lock(mutex_);
-  if (int error = start_locked(); error < 0) return error;
-  const uint64_t number = callback_number_locked(callback);
-  if (number == 0) return -ENOSPC;
+  int64_t number = static_cast<int64_t>(known_number(callback));
+  if (number == 0) number = prepare(callback);
+  if (number < 0) return static_cast<int>(number);
   epoll_event event{};
   event.events = events;
-  event.data.u64 = number << kTagBits | tag;
-  if (next::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) == 0) return 0;
-  if (errno == EEXIST && next::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &event) == 0) return 0;
+  event.data.u64 = static_cast<uint64_t>(number) << kTagBits | tag;
+  const int epoll_fd = epoll_fd_.load(std::memory_order_acquire);
+  if (next::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event) == 0) return 0;
+  if (errno == EEXIST && next::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &event) == 0) return 0;
   return -errno;
 }
 
+int64_t BackgroundLoop::prepare(BackgroundCallback callback) {
+  if (callback == nullptr) return -EINVAL;
+  std::lock_guard lock(mutex_);
+  if (int error = start_locked(); error < 0) return error;
+  if (const uint64_t known = known_number(callback); known != 0) return static_cast<int64_t>(known);
+  const size_t count = callback_count_.load(std::memory_order_relaxed);
+  if (count == callbacks_.size()) return -ENOSPC;
+  callbacks_[count].store(callback, std::memory_order_relaxed);
+  callback_count_.store(count + 1, std::memory_order_release);
+  return static_cast<int64_t>(count + 1);
+}
+
+uint64_t BackgroundLoop::known_number(BackgroundCallback callback) const {
+  if (!running_.load(std::memory_order_acquire)) return 0;
+  const size_t count = callback_count_.load(std::memory_order_acquire);
+  for (size_t index = 0; index < count; ++index)
+    if (callbacks_[index].load(std::memory_order_relaxed) == callback) return index + 1;
+  return 0;
+}
+
 int BackgroundLoop::start_locked() {
-  if (running_) return 0;
+  if (running_.load(std::memory_order_relaxed)) return 0;
   if (start_error_ != 0) return start_error_;
-  epoll_fd_ = keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC));
-  int error = epoll_fd_ < 0 ? -errno : 0;
-  if (error == 0) error = -start_helper_thread("qpsock-events", [] { loop().run(); });
+  const int epoll_fd = keep_own_descriptor(next::epoll_create1(EPOLL_CLOEXEC));
+  int error = epoll_fd < 0 ? -errno : 0;
   if (error == 0) {
-    running_ = true;
+    epoll_fd_.store(epoll_fd, std::memory_order_relaxed);
+    error = -start_helper_thread("qpsock-events", [] { loop().run(); });
+  }
+  if (error == 0) {
+    running_.store(true, std::memory_order_release);
     return 0;
   }
-  if (epoll_fd_ >= 0) next::close(epoll_fd_);
-  epoll_fd_ = -1;
+  if (epoll_fd >= 0) next::close(epoll_fd);
+  epoll_fd_.store(-1, std::memory_order_relaxed);
   start_error_ = error;
   return error;
 }
 
-uint64_t BackgroundLoop::callback_number_locked(BackgroundCallback callback) {
-  const auto known = std::find(callbacks_.begin(), callbacks_.begin() + callback_count_, callback);
-  if (known != callbacks_.begin() + callback_count_) return known - callbacks_.begin() + 1;
-  if (callback_count_ == callbacks_.size()) return 0;
-  callbacks_[callback_count_++] = callback;
-  return callback_count_;
-}
-
 void BackgroundLoop::run() {
-  int epoll_fd;
-  {
-    std::lock_guard lock(mutex_);
-    epoll_fd = epoll_fd_;
-  }
+  const int epoll_fd = epoll_fd_.load(std::memory_order_acquire);
   std::array<epoll_event, 32> events;
   for (;;) {
     const int count = next::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), -1);
@@ -93,10 +108,8 @@ void BackgroundLoop::run() {
       const uint64_t data = events[index].data.u64;
       const uint64_t number = data >> kTagBits;
       BackgroundCallback callback = nullptr;
-      {
-        std::lock_guard lock(mutex_);
-        if (number >= 1 && number <= callback_count_) callback = callbacks_[number - 1];
-      }
+      if (number >= 1 && number <= callback_count_.load(std::memory_order_acquire))
+        callback = callbacks_[number - 1].load(std::memory_order_relaxed);
       if (callback != nullptr) callback(data & kLargestBackgroundTag, events[index].events);
     }
   }
@@ -104,9 +117,9 @@ void BackgroundLoop::run() {
 
 void BackgroundLoop::forget_after_fork() {
   // The set is shared with the parent, whose thread goes on using it.
-  if (epoll_fd_ >= 0) next::close(epoll_fd_);
-  epoll_fd_ = -1;
-  running_ = false;
+  running_.store(false, std::memory_order_relaxed);
+  const int epoll_fd = epoll_fd_.exchange(-1, std::memory_order_relaxed);
+  if (epoll_fd >= 0) next::close(epoll_fd);
 }
 
 }  // namespace
@@ -116,5 +129,11 @@ int watch_in_background(int fd, uint32_t events, BackgroundCallback callback, ui
 }
 
 void prepare_background_loop() { loop(); }
+
+int prepare_background_callback(BackgroundCallback callback) {
+  ErrnoGuard errno_guard;
+  const int64_t number = loop().prepare(callback);
+  return number < 0 ? static_cast<int>(number) : 0;
+}
 
 }  // namespace qpsock

@@ -25,8 +25,15 @@ inline constexpr uint64_t kLargestBackgroundTag = (uint64_t{1} << 56) - 1;
 // Adds `fd` (open for the length of the call) for `events` (epoll flags),
 // to call `callback(tag, events)`; EEXIST re-arms it with these. 0, or
 // -errno (no thread could start, or the kernel refused the watch), for the
-// caller's one log line.
+// caller's one log line. Takes the loop's lock (held across fork) unless
+// the loop runs and knows `callback` already.
 int watch_in_background(int fd, uint32_t events, BackgroundCallback callback, uint64_t tag);
+
+// Starts the loop and makes `callback` known to it: 0, or -errno. After it,
+// watch_in_background with that callback takes no lock in this process,
+// for a caller that holds what a lock holder may wait for (an FdUse,
+// common/kept_fd.h).
+int prepare_background_callback(BackgroundCallback callback);
 
 // Makes the loop's process-wide state (no thread yet). A fork-aware object
 // (common/fork_aware_instance.h) that calls watch_in_background() under its

@@ -25,12 +25,17 @@ void answer_doorbell(uint64_t tag, uint32_t /*events*/) {
 
 void watch_for_doorbells(KeptFd tcp) {
   ErrnoGuard errno_guard;
+  // The loop's lock is held across fork and a use must never wait for a
+  // lock: the loop learns the callback first, and the watch under the use
+  // then takes no lock.
+  int error = prepare_background_callback(&answer_doorbell);
   const FdUse use(tcp);
   if (!use) return;  // closed: nothing left to watch
   // Edge-triggered: a FIN leaves the socket readable for good, and must not
   // keep the thread awake. A closed fd leaves the set with its socket.
-  const int error = watch_in_background(use.fd(), EPOLLIN | EPOLLRDHUP | EPOLLET, &answer_doorbell,
-                                        static_cast<uint64_t>(use.fd()));
+  if (error == 0)
+    error = watch_in_background(use.fd(), EPOLLIN | EPOLLRDHUP | EPOLLET, &answer_doorbell,
+                                static_cast<uint64_t>(use.fd()));
   if (error < 0)
     QPSOCK_LOG(warn, "fd %d: cannot watch for the peer's doorbell (%s): its cancels wait for "
                "this program's next call on the socket", use.fd(), strerrordesc_np(-error));
