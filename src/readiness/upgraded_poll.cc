@@ -108,9 +108,10 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
                std::chrono::nanoseconds(timeout->tv_nsec);
   // The application's fds, then this thread's waker, then each stream's
   // wait handle.
-  stream::ThreadWaker* const waker = stream::ThreadWaker::of_this_thread();
+  stream::ThreadSleep thread_sleep;
+  stream::ThreadWaker* const waker = thread_sleep.waker();
   std::vector<pollfd> kernel_set(fds, fds + count);
-  kernel_set.push_back({waker != nullptr ? waker->fd() : -1, POLLIN, 0});
+  kernel_set.push_back({thread_sleep.fd(), POLLIN, 0});
   for (Watched& entry : watched) {
     if (entry.epoll_set != nullptr) {
       kernel_set[entry.index].events |= POLLIN;  // the set's own fd wakes on its streams
@@ -185,7 +186,7 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
       if (entry.epoll_set != nullptr) entry.epoll_set->finish_outer_sleep();
       if (entry.has_stream()) entry.connection->stream()->end_readiness_sleep(waker);
     }
-    if (waker != nullptr) waker->consume();
+    thread_sleep.consume();
     if (failed) {
       errno = poll_error;
       result = -1;

@@ -83,9 +83,9 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     // it): look again and re-arm rather than sleep.
     if (progress_locked()) continue;
 
-    ThreadWaker* const waker = ThreadWaker::of_this_thread();
-    pollfd fds[3] = {{transport_->wait_handle(), POLLIN, 0},
-                     {waker != nullptr ? waker->fd() : -1, POLLIN, 0},
+    const ThreadSleep thread_sleep;  // consumed when it ends, after the removal below
+    ThreadWaker* const waker = thread_sleep.waker();
+    pollfd fds[3] = {{transport_->wait_handle(), POLLIN, 0}, {thread_sleep.fd(), POLLIN, 0},
                      {-1, 0, 0}};
     nfds_t count = 2;
     // A number the application closed is never slept on again: another file
@@ -104,7 +104,6 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
       verdict = control_handler_(fds[2].revents);
     state.lock();
     wake_.remove_sleeper(waker);
-    if (waker != nullptr) waker->consume();
 
     act_on_control_verdict_locked(verdict);
     if (poll_error == EINTR && options.interruptible) return -EINTR;

@@ -1,8 +1,10 @@
 #include "stream/thread_waker.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <deque>
 #include <mutex>
 #include <vector>
@@ -14,6 +16,13 @@
 
 namespace qpsock::stream {
 namespace {
+
+// The thread's waker: a plain pointer, still readable in a program's exit
+// handlers after the thread's destructors ran (a new waker is then made).
+constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadWaker* this_threads_waker = nullptr;
+// Set while the thread is in a sleep, or making its waker: a signal handler
+// interrupting either gets none.
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool this_thread_busy = false;
 
 // Every waker made, and those whose threads ended, for the next thread
 // that sleeps. Never destroyed (see the header). Its lock is held across
@@ -36,35 +45,54 @@ class Wakers : public HelperLock {
     std::lock_guard lock(*this);
     idle_.push_back(waker);
   }
-  // The child keeps its parent's wakers: their descriptors came along.
-  void forget_after_fork() {}
+  // The descriptors came along and are the parent's open files too: each
+  // gets a new one (the child runs only the forking thread now).
+  void forget_after_fork() {
+    idle_.clear();
+    for (ThreadWaker& waker : made_) {
+      if (!waker.renew_after_fork()) {
+        if (this_threads_waker == &waker) this_threads_waker = nullptr;
+        continue;
+      }
+      if (this_threads_waker != &waker && !waker.listed_anywhere()) idle_.push_back(&waker);
+    }
+  }
 
  private:
   std::deque<ThreadWaker> made_;  // never moves what it holds
   std::vector<ThreadWaker*> idle_;
 };
 
-// The thread's waker: a plain pointer, still readable in a program's exit
-// handlers after the thread's destructors ran (a new waker is then made).
-thread_local ThreadWaker* this_threads_waker = nullptr;
-
-// Gives the waker back when the thread ends.
+// Gives the waker back when the thread ends, unless a stream still lists it.
 struct WakerReturn {
   ~WakerReturn() {
-    if (this_threads_waker != nullptr) fork_aware_instance<Wakers>().give_back(this_threads_waker);
+    if (this_threads_waker != nullptr && !this_threads_waker->listed_anywhere())
+      fork_aware_instance<Wakers>().give_back(this_threads_waker);
     this_threads_waker = nullptr;
   }
 };
 
 }  // namespace
 
-ThreadWaker* ThreadWaker::of_this_thread() {
-  if (this_threads_waker != nullptr) [[likely]]
-    return this_threads_waker;
-  thread_local WakerReturn on_thread_end;
-  (void)on_thread_end;
-  this_threads_waker = fork_aware_instance<Wakers>().take();
-  return this_threads_waker;
+ThreadSleep::ThreadSleep() {
+  if (this_thread_busy) return;  // nested in this thread's own sleep
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  this_thread_busy = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (this_threads_waker == nullptr) [[unlikely]] {
+    thread_local WakerReturn on_thread_end;
+    (void)on_thread_end;
+    this_threads_waker = fork_aware_instance<Wakers>().take();
+  }
+  waker_ = this_threads_waker;
+  if (waker_ == nullptr) this_thread_busy = false;
+}
+
+ThreadSleep::~ThreadSleep() {
+  if (waker_ == nullptr) return;
+  waker_->consume();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  this_thread_busy = false;
 }
 
 void ThreadWaker::signal() {
@@ -79,6 +107,15 @@ void ThreadWaker::consume() {
   ErrnoGuard errno_guard;
   uint64_t drained;
   [[maybe_unused]] ssize_t count = next::read(fd_, &drained, sizeof(drained));
+}
+
+bool ThreadWaker::renew_after_fork() {
+  ErrnoGuard errno_guard;
+  signalled_.store(false, std::memory_order_relaxed);
+  const int fresh = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  const bool renewed = fresh >= 0 && next::dup3(fresh, fd_, O_CLOEXEC) == fd_;
+  if (fresh >= 0) next::close(fresh);
+  return renewed;
 }
 
 }  // namespace qpsock::stream

@@ -3,29 +3,32 @@
 // descriptor for it (a process whose streams are driven by epoll, whose sets
 // have their own signal, never makes one).
 //
-// A thread registers its waker with every stream it sleeps on
-// (WakeSignal::add_sleeper, under that stream's lock), sleeps with fd() in
-// its poll set, removes itself from every stream (under each lock again) and
-// only then calls consume(): whoever signalled it did so under a lock the
-// thread took afterwards, so the eventfd's count is there to drain, and no
-// one signals it after (it is no longer registered).
+// A sleep holds a ThreadSleep. The thread lists its waker with every stream
+// it sleeps on (WakeSignal::add_sleeper, under that stream's lock), sleeps
+// with fd() in its poll set, removes itself from every stream (under each
+// lock again) and only then calls ThreadSleep::consume(): whoever signalled
+// it did so under a lock the thread took afterwards, so the eventfd's count
+// is there to drain, and no one signals it after (it is no longer listed).
 //
-// Made at a thread's first sleep and kept when the thread ends, for the next
-// thread to sleep: a waker is never freed, so a registration left behind (a
-// thread cancelled in its poll) costs at most a spurious wakeup, never a
-// write to freed memory.
+// One sleep at a time per waker: a sleep nested in another of the same
+// thread (a signal handler's blocking call) gets no waker and sleeps in
+// short slices, rather than drain a signal meant for the sleep it
+// interrupted. A waker is made at a thread's first sleep and kept for the
+// next thread when the thread ends, unless a stream still lists it (a
+// thread cancelled in its poll): then it is left to that stream, and never
+// freed, so a stale listing writes to an eventfd nobody reads. A forked
+// child gives every waker a new eventfd under the same number: the parent's
+// threads keep theirs.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 namespace qpsock::stream {
 
 class ThreadWaker {
  public:
-  // The calling thread's waker, made at its first call; nullptr when no
-  // eventfd could be had (a descriptor limit): the caller then sleeps in
-  // short slices (kUnwakeableSleepMs) and looks again.
-  static ThreadWaker* of_this_thread();
+  // A thread without a waker sleeps this long at most, then looks again.
   static constexpr int kUnwakeableSleepMs = 2;
 
   explicit ThreadWaker(int fd) : fd_(fd) {}
@@ -33,15 +36,45 @@ class ThreadWaker {
   ThreadWaker& operator=(const ThreadWaker&) = delete;
 
   int fd() const { return fd_; }
-  // Makes fd() readable, once until consume(). Called under the lock of a
-  // stream the owner sleeps on.
+  // Makes fd() readable, once until consumed. Called under the lock of a
+  // stream that lists this waker.
   void signal();
-  // Drains fd() if it was signalled: after the owner left every stream.
+  // A stream lists it, or no longer does (under that stream's lock).
+  void listed() { listings_.fetch_add(1, std::memory_order_relaxed); }
+  void unlisted() { listings_.fetch_sub(1, std::memory_order_relaxed); }
+  bool listed_anywhere() const { return listings_.load(std::memory_order_relaxed) != 0; }
+
+  // Drains fd() if it was signalled.
   void consume();
+  // In a forked child: a new eventfd under the same number; false if none
+  // could be made (the waker is then never used again).
+  bool renew_after_fork();
 
  private:
   const int fd_;
   std::atomic<bool> signalled_{false};
+  std::atomic<uint32_t> listings_{0};
+};
+
+// The calling thread's waker for one sleep (see the header).
+class ThreadSleep {
+ public:
+  ThreadSleep();
+  ~ThreadSleep();
+  ThreadSleep(const ThreadSleep&) = delete;
+  ThreadSleep& operator=(const ThreadSleep&) = delete;
+
+  // Null when the thread must sleep in slices: no eventfd could be had, or
+  // this sleep is nested in another of the thread's.
+  ThreadWaker* waker() const { return waker_; }
+  int fd() const { return waker_ != nullptr ? waker_->fd() : -1; }
+  // After leaving every stream: drains the waker, for the next sleep.
+  void consume() {
+    if (waker_ != nullptr) waker_->consume();
+  }
+
+ private:
+  ThreadWaker* waker_ = nullptr;
 };
 
 }  // namespace qpsock::stream

@@ -11,6 +11,7 @@ void WakeSignal::remove_sleeper(ThreadWaker* waker) {
   if (found == sleepers_.end()) return;
   *found = sleepers_.back();
   sleepers_.pop_back();
+  waker->unlisted();
 }
 
 }  // namespace qpsock::stream

@@ -25,7 +25,9 @@ class WakeSignal {
 
   // A thread without a waker (nullptr) sleeps in short slices instead.
   void add_sleeper(ThreadWaker* waker) {
-    if (waker != nullptr) sleepers_.push_back(waker);
+    if (waker == nullptr) return;
+    waker->listed();
+    sleepers_.push_back(waker);
   }
   void remove_sleeper(ThreadWaker* waker);
   void notify() {
