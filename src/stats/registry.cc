@@ -291,13 +291,19 @@ void Registry::free_if_unused(format::Slot& slot, uint64_t state) {
 template <typename Visit>
 void Registry::visit_held(const View& view, Visit visit) {
   if (view.held == nullptr) return;
+  // One visit at a time takes word bits down; a visit that met another
+  // under way reads every word, since a bit it finds down may be one the
+  // other took down for a moment.
+  const bool alone = !visiting_.exchange(true);
   const uint32_t summaries = (held_word_count(view.slot_count) + 63) / 64;
   for (uint32_t summary = 0; summary < summaries; ++summary) {
-    uint64_t words = view.held_words[summary].load();
+    uint64_t words = alone ? view.held_words[summary].load() : ~uint64_t{0};
     while (words != 0) {
       const uint32_t word = summary * 64 + static_cast<uint32_t>(std::countr_zero(words));
       words &= words - 1;
+      if (word >= held_word_count(view.slot_count)) break;
       uint64_t bits = view.held[word].load();
+      if (bits == 0 && !alone) continue;
       if (bits == 0) {
         // Down, then look again: a bit set meanwhile puts it back up.
         view.held_words[summary].fetch_and(~held_bit(word));
@@ -311,6 +317,7 @@ void Registry::visit_held(const View& view, Visit visit) {
       }
     }
   }
+  if (alone) visiting_.store(false);
 }
 
 void Registry::before_fork() {

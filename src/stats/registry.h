@@ -147,13 +147,16 @@ class Registry {
   void drop_reference(View& view, uint32_t index);
   // Calls visit(index) for each slot of `view` whose bit in `held` is set.
   template <typename Visit>
-  static void visit_held(const View& view, Visit visit);
+  void visit_held(const View& view, Visit visit);
 
   View views_[kViews];
   std::atomic<int> own_view_{kNoFile};
   std::atomic<pid_t> pid_{0};
   std::atomic<bool> forking_{false};
   std::atomic<bool> reported_full_{false};
+  // A visit is under way that may take down the bits of empty held words:
+  // another visit meanwhile reads every word instead.
+  std::atomic<bool> visiting_{false};
   const char* directory_ = nullptr;  // null: the runtime directory
   uint32_t slot_count_ = format::kDefaultSlotCount;
 };
