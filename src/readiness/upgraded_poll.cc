@@ -148,7 +148,7 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
       if (entry.connection->sending_switched()) events &= ~(POLLOUT | POLLWRNORM);
     }
     // Counted as a sleeper from before the arm: another thread's progress
-    // that consumes a wakeup meant for us then signals the wake handle.
+    // that consumes a wakeup meant for us then signals our waker.
     for (const Watched& entry : watched)
       if (entry.has_stream()) entry.connection->stream()->begin_readiness_sleep(waker);
     std::vector<bool> set_ready(watched.size(), false);
@@ -169,11 +169,8 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
       timespec left_storage;
       const timespec* left = nullptr;
       remaining_timeout(deadline, left_storage, left);
-      // A thread no other can wake sleeps in short slices.
-      const timespec slice{0, stream::ThreadWaker::kUnwakeableSleepMs * 1'000'000L};
-      if (waker == nullptr && (left == nullptr || left->tv_sec > 0 || left->tv_nsec > slice.tv_nsec))
-        left = &slice;
-      const int polled = next::ppoll(kernel_set.data(), kernel_set.size(), sleep ? left : &zero, mask);
+      const int polled = next::ppoll(kernel_set.data(), kernel_set.size(),
+                                     sleep ? thread_sleep.bounded(left) : &zero, mask);
       if (polled < 0) {
         failed = true;
         break;

@@ -229,7 +229,7 @@ class Stream {
   // For the readiness layer: the fds a waiter for this stream polls.
   int transport_wait_handle() const { return transport_->wait_handle(); }
   // Around a poll(2) sleep that watches `waker`'s fd (the sleeping thread's,
-  // ThreadWaker::of_this_thread()): another thread's progress may consume
+  // ThreadSleep::waker()): another thread's progress may consume
   // the transport's wakeup this sleeper needed, and then wakes it through
   // its waker instead, as it wakes blocked readers and writers. The caller
   // consumes its waker after ending every stream's sleep.

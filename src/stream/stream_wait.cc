@@ -20,19 +20,11 @@ namespace {
 // 32.8 (docs/performance.md).
 constexpr std::chrono::microseconds kSpinYieldInterval{20};
 
-// The poll's timeout: until the deadline, and in short slices for a thread
-// no other can wake.
-int sleep_timeout(std::optional<std::chrono::steady_clock::time_point> deadline,
-                  const ThreadWaker* waker) {
-  int timeout = -1;
-  if (deadline) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-        *deadline - std::chrono::steady_clock::now());
-    timeout = static_cast<int>(std::max<int64_t>(left.count(), 0));
-  }
-  if (waker == nullptr && (timeout < 0 || timeout > ThreadWaker::kUnwakeableSleepMs))
-    timeout = ThreadWaker::kUnwakeableSleepMs;
-  return timeout;
+int poll_timeout(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (!deadline) return -1;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+      *deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<int64_t>(left.count(), 0));
 }
 
 }  // namespace
@@ -96,7 +88,7 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     if (watch_control) fds[count++] = {control.fd, POLLIN, 0};
     wake_.add_sleeper(waker);
     state.unlock();
-    const int polled = next::poll(fds, count, sleep_timeout(deadline, waker));
+    const int polled = next::poll(fds, count, thread_sleep.bounded(poll_timeout(deadline)));
     const int poll_error = polled < 0 ? errno : 0;
     ControlVerdict verdict = ControlVerdict::keep_waiting;
     // What poll saw of a number closed meanwhile may be another file's.

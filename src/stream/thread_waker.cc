@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -23,6 +24,10 @@ constinit __attribute__((tls_model("initial-exec"))) thread_local ThreadWaker* t
 // Set while the thread is in a sleep, or making its waker: a signal handler
 // interrupting either gets none.
 constinit __attribute__((tls_model("initial-exec"))) thread_local bool this_thread_busy = false;
+
+// How long a thread without a waker sleeps before it looks again.
+constexpr int kUnwakeableSleepMs = 2;
+constexpr timespec kUnwakeableSleep{0, kUnwakeableSleepMs * 1'000'000L};
 
 // Every waker made, and those whose threads ended, for the next thread
 // that sleeps. Never destroyed (see the header). Its lock is held across
@@ -93,6 +98,18 @@ ThreadSleep::~ThreadSleep() {
   waker_->consume();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   this_thread_busy = false;
+}
+
+int ThreadSleep::bounded(int timeout_ms) const {
+  if (waker_ != nullptr) return timeout_ms;
+  return timeout_ms < 0 ? kUnwakeableSleepMs : std::min(timeout_ms, kUnwakeableSleepMs);
+}
+
+const timespec* ThreadSleep::bounded(const timespec* timeout) const {
+  if (waker_ != nullptr) return timeout;
+  if (timeout != nullptr && timeout->tv_sec == 0 && timeout->tv_nsec <= kUnwakeableSleep.tv_nsec)
+    return timeout;
+  return &kUnwakeableSleep;
 }
 
 void ThreadWaker::signal() {

@@ -21,6 +21,8 @@
 // threads keep theirs.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -28,9 +30,6 @@ namespace qpsock::stream {
 
 class ThreadWaker {
  public:
-  // A thread without a waker sleeps this long at most, then looks again.
-  static constexpr int kUnwakeableSleepMs = 2;
-
   explicit ThreadWaker(int fd) : fd_(fd) {}
   ThreadWaker(const ThreadWaker&) = delete;
   ThreadWaker& operator=(const ThreadWaker&) = delete;
@@ -68,6 +67,11 @@ class ThreadSleep {
   // this sleep is nested in another of the thread's.
   ThreadWaker* waker() const { return waker_; }
   int fd() const { return waker_ != nullptr ? waker_->fd() : -1; }
+  // The sleep's timeout, poll's (milliseconds, -1: none) or ppoll's (null:
+  // none): as given, or a 2 ms slice for a thread no other can wake, which
+  // then looks again.
+  int bounded(int timeout_ms) const;
+  const timespec* bounded(const timespec* timeout) const;
   // After leaving every stream: drains the waker, for the next sleep.
   void consume() {
     if (waker_ != nullptr) waker_->consume();
