@@ -182,4 +182,3 @@ void PeerProcess::report_exit() {
 }
 
 }  // namespace qpsock::transport::shm
-

@@ -10,8 +10,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>

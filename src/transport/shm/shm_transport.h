@@ -139,7 +139,7 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   int poll(std::span<stream::Completion> completions) override;
   int poll_for_exit(std::span<stream::Completion> completions) override;
   bool link_up_for_exit() const override;
-  int wait_handle() const override { return wakeup_.wait_handle(); }
+  int wait_handle() const override { return wakeup_.event_fd(); }
   int arm() override;
   void disconnect() override;
   size_t max_inline() const override;

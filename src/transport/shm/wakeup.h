@@ -30,10 +30,9 @@ void wake_if_armed(std::atomic<uint32_t>& waiter, int event_fd);
 
 class Wakeup {
  public:
-  // The eventfd; 0 or -errno.
+  // The eventfd (also the wait handle); 0 or -errno.
   int open();
   int event_fd() const { return event_fd_.get(); }
-  int wait_handle() const { return event_fd_.get(); }
 
   // Requests a wakeup: the caller then looks for work and calls
   // wake_if_armed(waiter, event_fd()) on itself if it found some.
