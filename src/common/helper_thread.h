@@ -1,5 +1,5 @@
 // qpsock's helper threads (the background loop, the upgrade's agent that
-// answers for clients, its worker that tries for servers, the timer) start
+// answers for clients, its worker that tries for servers, their attempts) start
 // the same way: detached, named, and with every signal blocked, so that they
 // never take the application's. Each is one process-wide object that fork
 // must leave consistent in the child, which has no such thread

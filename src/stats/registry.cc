@@ -295,13 +295,14 @@ void Registry::visit_held(const View& view, Visit visit) {
   // under way reads every word, since a bit it finds down may be one the
   // other took down for a moment.
   const bool alone = !visiting_.exchange(true);
-  const uint32_t summaries = (held_word_count(view.slot_count) + 63) / 64;
+  const uint32_t word_count = held_word_count(view.slot_count);
+  const uint32_t summaries = (word_count + 63) / 64;
   for (uint32_t summary = 0; summary < summaries; ++summary) {
     uint64_t words = alone ? view.held_words[summary].load() : ~uint64_t{0};
     while (words != 0) {
       const uint32_t word = summary * 64 + static_cast<uint32_t>(std::countr_zero(words));
       words &= words - 1;
-      if (word >= held_word_count(view.slot_count)) break;
+      if (word >= word_count) break;
       uint64_t bits = view.held[word].load();
       if (bits == 0 && !alone) continue;
       if (bits == 0) {
