@@ -12,6 +12,8 @@
 #             killed alone would leave its program running)
 #   pass/fail one "ok:"/"FAIL:" line each; fail counts into $failures
 #   out_octets the kernel's IP output byte counter (IpExt OutOctets)
+#   switched_tcp_bytes LOG...  what the connections in these debug logs sent
+#             over TCP before their switch to the offloaded stream
 #   listening PORT  whether a TCP listener is on PORT
 if [[ ${1:-} == --own-network-namespace ]]; then
   shift
@@ -54,3 +56,8 @@ listening() {
 }
 # What the kernel's IP layer has sent (the namespace's own, in one).
 out_octets() { awk '/^IpExt:/ { if (header) { print $9; exit } header = 1 }' /proc/net/netstat; }
+switched_tcp_bytes() {
+  cat "$@" | awk '/sending switched to the stream after [0-9]+ TCP bytes/ {
+                    for (i = 1; i < NF; i++) if ($i == "after") sum += $(i + 1) }
+                  END { printf "%.0f\n", sum }'
+}
