@@ -1,24 +1,17 @@
 #include "upgrade/random_token.h"
 
-#include <sys/random.h>
-
-#include <chrono>
+#include <algorithm>
 #include <cstring>
+
+#include "common/random_word.h"
 
 namespace qpsock::upgrade {
 
 void fill_random_token(BindingToken& token) {
-  if (getrandom(token.data(), token.size(), GRND_NONBLOCK) == static_cast<ssize_t>(token.size()))
-    return;
-  uint64_t words[2] = {
-      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()),
-      reinterpret_cast<uintptr_t>(&token) ^ 0x9e3779b97f4a7c15ull};
-  for (auto& word : words) {
-    word ^= word >> 31;
-    word *= 0xbf58476d1ce4e5b9ull;
-    word ^= word >> 29;
+  for (size_t filled = 0; filled < token.size(); filled += sizeof(uint64_t)) {
+    const uint64_t word = random_word();
+    memcpy(token.data() + filled, &word, std::min(sizeof(word), token.size() - filled));
   }
-  memcpy(token.data(), words, token.size());
 }
 
 }  // namespace qpsock::upgrade

@@ -2,26 +2,19 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <new>
 
 #include "common/own_descriptor.h"
+#include "common/random_word.h"
 
 namespace qpsock::transport::shm {
 namespace {
 
 // Shows as "/memfd:qpsock (deleted)" in /proc/PID/maps.
 constexpr const char* kMemfdName = "qpsock";
-
-uint64_t random_word() {
-  uint64_t word = 0;
-  if (::getrandom(&word, sizeof(word), GRND_NONBLOCK) != sizeof(word))
-    word = reinterpret_cast<uintptr_t>(&word) * 0x9e3779b97f4a7c15ull;
-  return word;
-}
 
 }  // namespace
 

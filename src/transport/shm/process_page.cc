@@ -1,12 +1,12 @@
 #include "transport/shm/process_page.h"
 
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <new>
+
+#include "common/random_word.h"
 
 namespace qpsock::transport::shm {
 namespace {
@@ -25,10 +25,7 @@ ProcessPage* map_process_page() {
 }
 
 uint64_t fresh_epoch() {
-  uint64_t value = 0;
-  if (::getrandom(&value, sizeof(value), GRND_NONBLOCK) != sizeof(value))
-    value = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-            (static_cast<uint64_t>(::getpid()) << 40);
+  const uint64_t value = random_word();
   return value == 0 ? 1 : value;
 }
 
