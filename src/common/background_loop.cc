@@ -24,6 +24,11 @@ constexpr int kTagBits = 56;
 class BackgroundLoop : public HelperLock {
  public:
   int watch(int fd, uint32_t events, BackgroundCallback callback, uint64_t tag);
+  void unwatch(int fd) {
+    ErrnoGuard errno_guard;
+    const int epoll_fd = epoll_fd_.load(std::memory_order_acquire);
+    if (epoll_fd >= 0) next::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
+  }
   // Starts the loop and registers `callback`: its number, or -errno.
   int64_t prepare(BackgroundCallback callback);
   void run();
@@ -44,6 +49,8 @@ class BackgroundLoop : public HelperLock {
 };
 
 BackgroundLoop& loop() { return fork_aware_instance<BackgroundLoop>(); }
+
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool this_thread_runs_loop = false;
 
 int BackgroundLoop::watch(int fd, uint32_t events, BackgroundCallback callback, uint64_t tag) {
   if (tag > kLargestBackgroundTag || callback == nullptr) return -EINVAL;
@@ -100,6 +107,7 @@ int BackgroundLoop::start_locked() {
 }
 
 void BackgroundLoop::run() {
+  this_thread_runs_loop = true;
   const int epoll_fd = epoll_fd_.load(std::memory_order_acquire);
   std::array<epoll_event, 32> events;
   for (;;) {
@@ -128,7 +136,11 @@ int watch_in_background(int fd, uint32_t events, BackgroundCallback callback, ui
   return loop().watch(fd, events, callback, tag);
 }
 
+void unwatch_in_background(int fd) { loop().unwatch(fd); }
+
 void prepare_background_loop() { loop(); }
+
+bool on_background_thread() { return this_thread_runs_loop; }
 
 int prepare_background_callback(BackgroundCallback callback) {
   ErrnoGuard errno_guard;

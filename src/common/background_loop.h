@@ -8,7 +8,8 @@
 // a tag of the caller's (at most 56 bits: an fd number, a serial), never an
 // object: an event may come after the object it was about is gone, so the
 // callback finds its object again by the tag, or finds nothing. A watched
-// descriptor leaves the set when its last copy is closed; register it
+// descriptor leaves the set when its file's last copy is closed (one another
+// process holds too: unwatch_in_background); register it
 // edge-triggered or one-shot, or a readiness the callback does not consume
 // keeps the thread awake.
 #pragma once
@@ -29,6 +30,11 @@ inline constexpr uint64_t kLargestBackgroundTag = (uint64_t{1} << 56) - 1;
 // the loop runs and knows `callback` already.
 int watch_in_background(int fd, uint32_t events, BackgroundCallback callback, uint64_t tag);
 
+// Takes `fd` out of the loop's set: for a descriptor whose file another
+// process may hold too (one passed with SCM_RIGHTS), which closing ours
+// does not take out. No lock.
+void unwatch_in_background(int fd);
+
 // Starts the loop and makes `callback` known to it: 0, or -errno. After it,
 // watch_in_background with that callback takes no lock in this process,
 // for a caller that holds what a lock holder may wait for (an FdUse,
@@ -40,5 +46,9 @@ int prepare_background_callback(BackgroundCallback callback);
 // own lock calls this in its constructor: fork then takes the loop's lock
 // after its own, in the order the calls nest, never the other way round.
 void prepare_background_loop();
+
+// Whether the caller runs on the loop's thread (in one of its callbacks):
+// a wait there cannot count on a wakeup that the loop itself delivers.
+bool on_background_thread();
 
 }  // namespace qpsock

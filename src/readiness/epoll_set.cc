@@ -205,7 +205,10 @@ bool EpollSet::convert_locked(Watch& watch) {
   uint32_t& users = use.users;
   use.connection = watch.connection.get();
   if (users == 0) {
-    if (kernel_control(epoll_fd_, EPOLL_CTL_ADD, stream->transport_wait_handle(), EPOLLIN | EPOLLET,
+    // A stream without a wait handle is heard of through the signal alone.
+    const int wait_handle = stream->transport_wait_handle();
+    if (wait_handle >= 0 &&
+        kernel_control(epoll_fd_, EPOLL_CTL_ADD, wait_handle, EPOLLIN | EPOLLET,
                        cookie(CookieKind::wait_handle, watch.id)) < 0 &&
         errno != EEXIST) {
       stream_users_.erase(stream);
@@ -240,7 +243,8 @@ void EpollSet::unconvert_locked(Watch& watch, bool closing) {
   auto use = stream_users_.find(watch.stream);
   if (use != stream_users_.end() && --use->second.users == 0) {
     if (!parents) {
-      next::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, watch.stream->transport_wait_handle(), nullptr);
+      if (const int wait_handle = watch.stream->transport_wait_handle(); wait_handle >= 0)
+        next::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, wait_handle, nullptr);
       watch.stream->remove_readiness_signal(signal_.get());
     }
     stream_users_.erase(use);

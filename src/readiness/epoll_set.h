@@ -6,7 +6,8 @@
 // A socket stays registered exactly as the application asked until its stream
 // is installed. Then its registration is *converted*: the kernel watches the
 // TCP socket edge-triggered with a cookie of ours as its data (the token, a
-// FIN or a reset wake us), and the stream's transport wait handle and the
+// FIN or a reset wake us), and the stream's transport wait handle (a
+// transport without one tells the stream, which tells the signal) and the
 // set's ReadinessSignal join the set. epoll_wait translates: it reports each
 // converted socket's readiness from its stream, with the application's data,
 // level-triggered, edge-triggered (again only when the stream's activity
@@ -14,8 +15,9 @@
 // pointer has (docs/architecture.md says what that assumes of applications).
 //
 // Nothing spins: before sleeping in the kernel, every converted stream is
-// armed, so a peer's write wakes the set through the wait handle, and our own
-// threads' changes wake it through the signal.
+// armed, so a peer's write wakes the set through the wait handle (or,
+// without one, through the signal), and our own threads' changes wake it
+// through the signal.
 #pragma once
 
 #include <sys/epoll.h>

@@ -107,7 +107,8 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
     deadline = Clock::now() + std::chrono::seconds(timeout->tv_sec) +
                std::chrono::nanoseconds(timeout->tv_nsec);
   // The application's fds, then this thread's waker, then each stream's
-  // wait handle.
+  // wait handle (-1, which poll skips, for a transport without one: it
+  // writes the waker instead).
   stream::ThreadSleep thread_sleep;
   stream::ThreadWaker* const waker = thread_sleep.waker();
   std::vector<pollfd> kernel_set(fds, fds + count);
@@ -156,7 +157,7 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
       if (watched[entry].epoll_set != nullptr) {
         set_ready[entry] = watched[entry].epoll_set->prepare_outer_sleep();
       } else if (watched[entry].has_stream()) {
-        watched[entry].connection->stream()->arm_for_readiness();
+        watched[entry].connection->stream()->arm_for_readiness(waker);
       }
     }
     bool any_set_ready = false;

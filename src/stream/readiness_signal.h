@@ -1,7 +1,9 @@
 // Tells an epoll set that sleeps on upgraded streams of a change one of our
 // own threads made (a read that returned credit, a shutdown): the transport's
 // wait handle only speaks of what the peer did, and the thread that made the
-// change may have consumed that wakeup with its completion.
+// change may have consumed that wakeup with its completion. For a transport
+// without a wait handle, it also carries the peer's wakeups (the stream is
+// told, as the transport's WakeupListener, and notifies it).
 //
 // An eventfd in the epoll set, written only while a waiter sleeps and only
 // once until a woken waiter drains it, so a busy stream costs no system call.

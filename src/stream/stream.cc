@@ -60,9 +60,17 @@ Stream::Stream(ConstructionKey, std::unique_ptr<Transport> transport, const Stre
                                    : std::make_shared<DirectRegistrationProvider>(*transport_)),
       ring_geometry_(settings.ring_size), receive_credit_(settings.ring_size),
       spin_budget_(settings.spin_time, settings.spin_limit),
-      core_sharing_(transport_->peer_may_share_core()) {}
+      core_sharing_(transport_->peer_may_share_core()) {
+  transport_->set_wakeup_listener(this);
+}
 
-Stream::~Stream() = default;
+// No call of the listener may reach a stream whose members are going.
+Stream::~Stream() { transport_->set_wakeup_listener(nullptr); }
+
+void Stream::transport_signalled() {
+  std::lock_guard state(state_mutex_);
+  wake_waiters_locked();
+}
 
 StreamEndpoint Stream::local_endpoint() const {
   return StreamEndpoint{reinterpret_cast<uint64_t>(ring_.data()), ring_registration_->remote_key(),
@@ -217,7 +225,12 @@ bool Stream::announce_corked_bytes() {
   return unnotified_ring_bytes_ != 0 && !broken_;
 }
 
-bool Stream::arm_for_readiness() {
+int Stream::arm_transport_locked(ThreadWaker* waker) {
+  const bool sole = waker != nullptr && wake_.lists_only(waker) && readiness_signals_.empty();
+  return transport_->arm_for_sleeper(sole ? waker->fd() : -1);
+}
+
+bool Stream::arm_for_readiness(ThreadWaker* waker) {
   StateLock state(state_mutex_);
   if (!connected_ || broken_) return true;
   bool moved = false;
@@ -226,7 +239,7 @@ bool Stream::arm_for_readiness() {
     moved |= progress_locked();
     try_push_send_backlog_locked(state);
     return_all_credit_locked();
-    if (transport_->arm() < 0) {
+    if (arm_transport_locked(waker) < 0) {
       break_connection_locked(ECONNRESET, "arming the transport's wakeup failed");
       return true;
     }
@@ -238,6 +251,10 @@ bool Stream::arm_for_readiness() {
 
 void Stream::notify_waiters_locked() {
   ++activity_;
+  wake_waiters_locked();
+}
+
+void Stream::wake_waiters_locked() {
   wake_.notify();
   for (const auto& signal : readiness_signals_) signal->notify();
 }

@@ -6,7 +6,9 @@
 // state_mutex_ guards the shared bookkeeping and every post/poll on the
 // transport. Order: send or receive, then state. None is held while a thread
 // sleeps; a blocking call spins (SpinBudget), then sleeps in poll(2) on the
-// transport's wait handle, the thread's waker and the control fd.
+// transport's wait handle (if it has one: else the transport writes the
+// waker, or tells the stream, its WakeupListener), the thread's waker and
+// the control fd.
 #pragma once
 
 #include <poll.h>
@@ -88,7 +90,7 @@ struct CloseResult {
   uint64_t lost_bytes;
 };
 
-class Stream {
+class Stream final : private WakeupListener {
   struct ConstructionKey {
     explicit ConstructionKey() = default;
   };
@@ -221,12 +223,15 @@ class Stream {
   int take_error();
 
   // For the readiness layer (poll/select/epoll over upgraded sockets): takes
-  // in what has completed, then arms the transport's wait handle so that the
-  // next completion makes it readable (armed again if one raced the arm).
+  // in what has completed, then arms the transport so that the next
+  // completion makes its wait handle readable, or wakes the sleepers
+  // (armed again if one raced the arm).
   // Look at readiness(Progress::none) after it, then sleep. True if anything
-  // completed.
-  bool arm_for_readiness();
-  // For the readiness layer: the fds a waiter for this stream polls.
+  // completed. `waker`: the sleeping thread's, listed already with
+  // begin_readiness_sleep (null for an epoll set's sleep).
+  bool arm_for_readiness(ThreadWaker* waker = nullptr);
+  // For the readiness layer: the fd a waiter for this stream polls, or -1
+  // (the transport has none: the waker and the readiness signals hear).
   int transport_wait_handle() const { return transport_->wait_handle(); }
   // Around a poll(2) sleep that watches `waker`'s fd (the sleeping thread's,
   // ThreadSleep::waker()): another thread's progress may consume
@@ -321,6 +326,14 @@ class Stream {
   void note_consumed_locked(uint64_t ring_bytes, bool sender_wants_credit, bool read = true);
   // Wakes whoever waits for this stream's state to change.
   void notify_waiters_locked();
+  // Wakes them to look again (no change counted: edge-triggered epoll
+  // reports what changes when they look).
+  void wake_waiters_locked();
+  // Arms the transport for a sleep of the thread with `waker` (null: no
+  // waker), naming that waker when it is the stream's only sleeper.
+  int arm_transport_locked(ThreadWaker* waker);
+  // The transport has no wait handle: what would have woken a sleeper on it.
+  void transport_signalled() override;
   // A writer found no room in the peer's ring (RoomWantedHandler).
   void note_stall_locked();
   // After a write: with less than half the peer's ring free and no credit

@@ -1,6 +1,7 @@
 // Blocking waits: spin on the transport (for as long as SpinBudget says),
-// then arm it and sleep in poll(2) on its wait handle, the thread's waker
-// and the TCP control fd. No lock is held while sleeping.
+// then arm it (naming the thread's waker when it sleeps alone on the
+// stream) and sleep in poll(2) on its wait handle, if it has one, the
+// thread's waker and the TCP control fd. No lock is held while sleeping.
 #include <cerrno>
 #include <thread>
 
@@ -65,7 +66,9 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
       continue;
     }
     return_all_credit_locked();
-    if (int error = transport_->arm(); error < 0) {
+    const ThreadSleep thread_sleep;  // consumed when it ends, after the removal below
+    ThreadWaker* const waker = thread_sleep.waker();
+    if (int error = arm_transport_locked(waker); error < 0) {
       // Without a wakeup we cannot sleep: the stream is broken.
       break_connection_locked(ECONNRESET, "arming the transport's wakeup failed");
       return broken_ && options.until_broken ? 0 : -ECONNRESET;
@@ -75,8 +78,6 @@ int Stream::wait_until(StateLock& state, FunctionRef<bool()> ready, const WaitOp
     // it): look again and re-arm rather than sleep.
     if (progress_locked()) continue;
 
-    const ThreadSleep thread_sleep;  // consumed when it ends, after the removal below
-    ThreadWaker* const waker = thread_sleep.waker();
     pollfd fds[3] = {{transport_->wait_handle(), POLLIN, 0}, {thread_sleep.fd(), POLLIN, 0},
                      {-1, 0, 0}};
     nfds_t count = 2;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/background_loop.h"
 #include "common/errno_guard.h"
 #include "common/fork_aware_instance.h"
 #include "common/own_descriptor.h"
@@ -81,6 +82,8 @@ struct WakerReturn {
 
 ThreadSleep::ThreadSleep() {
   if (this_thread_busy) return;  // nested in this thread's own sleep
+  // Transports without a wait handle are heard of through the loop itself.
+  if (on_background_thread()) return;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   this_thread_busy = true;
   std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -120,7 +123,9 @@ void ThreadWaker::signal() {
 }
 
 void ThreadWaker::consume() {
-  if (!signalled_.exchange(false, std::memory_order_acq_rel)) return;
+  // A peer process may have written the eventfd itself (a transport armed
+  // for this thread alone, Transport::arm_for_sleeper): drain it either way.
+  signalled_.store(false, std::memory_order_release);
   ErrnoGuard errno_guard;
   uint64_t drained;
   [[maybe_unused]] ssize_t count = next::read(fd_, &drained, sizeof(drained));

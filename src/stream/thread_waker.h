@@ -13,7 +13,9 @@
 // One sleep at a time per waker: a sleep nested in another of the same
 // thread (a signal handler's blocking call) gets no waker and sleeps in
 // short slices, rather than drain a signal meant for the sleep it
-// interrupted. A waker is made at a thread's first sleep and kept for the
+// interrupted. So does a sleep on the background loop's thread (a
+// lingering close), which is where transports without a wait handle have
+// their wakeups delivered from. A waker is made at a thread's first sleep and kept for the
 // next thread when the thread ends, unless a stream still lists it (a
 // thread cancelled in its poll): then it is left to that stream, and never
 // freed, so a stale listing writes to an eventfd nobody reads. A forked
@@ -43,7 +45,8 @@ class ThreadWaker {
   void unlisted() { listings_.fetch_sub(1, std::memory_order_relaxed); }
   bool listed_anywhere() const { return listings_.load(std::memory_order_relaxed) != 0; }
 
-  // Drains fd() if it was signalled.
+  // Drains fd() (signalled here, or written by a peer process that a
+  // transport armed for this thread alone told to).
   void consume();
   // In a forked child: a new eventfd under the same number; false if none
   // could be made (the waker is then never used again).
@@ -63,8 +66,9 @@ class ThreadSleep {
   ThreadSleep(const ThreadSleep&) = delete;
   ThreadSleep& operator=(const ThreadSleep&) = delete;
 
-  // Null when the thread must sleep in slices: no eventfd could be had, or
-  // this sleep is nested in another of the thread's.
+  // Null when the thread must sleep in slices: no eventfd could be had,
+  // this sleep is nested in another of the thread's, or this is the
+  // background loop's thread.
   ThreadWaker* waker() const { return waker_; }
   int fd() const { return waker_ != nullptr ? waker_->fd() : -1; }
   // The sleep's timeout, poll's (milliseconds, -1: none) or ppoll's (null:

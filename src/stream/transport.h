@@ -99,6 +99,18 @@ inline constexpr int kFlushedStatus = -ECONNRESET;
 // Fewest slices a transport must accept in one post.
 inline constexpr uint32_t kMinimumSlicesPerPost = 4;
 
+// Told by a transport with no wait handle of its own (wait_handle() is -1)
+// whenever an armed wait handle would have become readable: on another
+// thread, never one inside a call of this transport, so the listener may
+// take the locks its callers hold around those calls.
+class WakeupListener {
+ public:
+  virtual void transport_signalled() = 0;
+
+ protected:
+  ~WakeupListener() = default;
+};
+
 // Calls that post or poll (post_write, post_read, poll, arm, disconnect) are
 // serialized by the caller; register_memory and MemoryRegistration's destructor
 // may run concurrently with them (ibv_reg_mr/ibv_dereg_mr are thread-safe).
@@ -133,11 +145,21 @@ class Transport {
   // handle's pending readiness (a completion channel's events).
   virtual int poll(std::span<Completion> completions) = 0;
 
-  // An fd that becomes readable after arm() once a completion may be ready.
+  // An fd that becomes readable after arm() once a completion may be ready,
+  // or -1: the transport tells its WakeupListener instead (a descriptor per
+  // connection is what a process with thousands cannot spare).
   virtual int wait_handle() const = 0;
+  // The listener for a transport whose wait_handle() is -1 (others ignore
+  // it); null stops it, and returns only once no call of the old one runs.
+  virtual void set_wakeup_listener(WakeupListener* /*listener*/) {}
   // Requests one wakeup of wait_handle() for the next completion. The caller
   // polls once more after arming, so a completion that raced the arm is seen.
   virtual int arm() = 0;
+  // arm(), for a transport without a wait handle whose one sleeper now is
+  // the thread whose eventfd (a waker that is never closed) is
+  // `sole_sleeper_fd`: the transport may make that readable itself rather
+  // than tell its listener (one thread hop fewer). -1: tell the listener.
+  virtual int arm_for_sleeper(int /*sole_sleeper_fd*/) { return arm(); }
 
   // Moves the connection to the error state: the peer loses access to our
   // memory, pending and later posts complete with errors. Idempotent.

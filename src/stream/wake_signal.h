@@ -33,6 +33,12 @@ class WakeSignal {
   void notify() {
     for (ThreadWaker* sleeper : sleepers_) sleeper->signal();
   }
+  // Whether no thread but the one with `waker` is listed (none at all, too).
+  bool lists_only(const ThreadWaker* waker) const {
+    for (const ThreadWaker* sleeper : sleepers_)
+      if (sleeper != waker) return false;
+    return true;
+  }
 
  private:
   std::vector<ThreadWaker*> sleepers_;

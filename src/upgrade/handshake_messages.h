@@ -11,7 +11,8 @@
 namespace qpsock::upgrade {
 
 // 2: a rendezvous written by its sender is not answered with rendezvous_done.
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: the shm hello carries the link's doorbell (one per pair of processes).
+inline constexpr uint32_t kProtocolVersion = 3;
 inline constexpr uint64_t kHelloMagic = 0x316b636f73707100ull;  // "\0qpsock1"
 inline constexpr uint64_t kSwitchMagic = 0x6863746977737100ull;  // "\0qswitch"
 

@@ -1,8 +1,8 @@
 // Many shm streams between the same two processes share what is the
-// process's, not the connection's: one pidfd on the peer, watched by the
-// background loop, and the sleeping thread's waker. A stream holds two
-// descriptors (its eventfd and the peer's), and the peer's death still ends
-// every stream's calls within a second.
+// process's, not the connection's: one pidfd on the peer and one doorbell
+// each way (link_doorbell.h), watched by the background loop, and the
+// sleeping thread's waker. A stream holds no descriptor, and the peer's
+// death still ends every stream's calls within a second.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -64,7 +64,7 @@ TEST(ShmSharedPeer, StreamsToOneProcessShareItsDescriptorsAndAllEndAtItsDeath) {
   Watchdog watchdog(60s, "shm shared peer parent");
   std::array<std::unique_ptr<Stream>, kStreams> streams;
   // The first stream brings what the process keeps once: the pidfd, the
-  // background loop's set. Each later one adds only its own two.
+  // doorbells, the background loop's set. The later ones add nothing.
   ASSERT_EQ(connect_shm_stream(sockets[0].fds[0], ShmRole::initiator, child.pid(), StreamSettings{},
                                streams[0]),
             0);
@@ -73,7 +73,7 @@ TEST(ShmSharedPeer, StreamsToOneProcessShareItsDescriptorsAndAllEndAtItsDeath) {
     ASSERT_EQ(connect_shm_stream(sockets[index].fds[0], ShmRole::initiator, child.pid(),
                                  StreamSettings{}, streams[index]),
               0);
-  EXPECT_EQ(open_descriptors() - after_first, 2 * (kStreams - 1));
+  EXPECT_EQ(open_descriptors() - after_first, 0u);
 
   // Every stream carries its bytes intact, in order.
   for (size_t index = 0; index < kStreams; ++index) {

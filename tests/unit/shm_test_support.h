@@ -22,7 +22,7 @@ inline int arena_mappings() {
   std::ifstream maps("/proc/self/maps");
   int count = 0;
   for (std::string line; std::getline(maps, line);)
-    if (line.find("memfd:qpsock") != std::string::npos) ++count;
+    if (line.find("memfd:qpsock (deleted)") != std::string::npos) ++count;
   return count;
 }
 

@@ -5,6 +5,8 @@
 // fork, and the stream engine running over it.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -378,47 +380,125 @@ TEST_F(ShmTransportTest, DestroyingAnEndReachesThePeer) {
   EXPECT_NE(theirs[0].status, 0);
 }
 
-TEST_F(ShmTransportTest, TheWaitHandleWakesOnlyWhenArmed) {
-  pollfd handle{second_->wait_handle(), POLLIN, 0};
+// The transport's listener, as a stream would be: an eventfd it writes.
+class WakeupProbe final : public stream::WakeupListener {
+ public:
+  explicit WakeupProbe(Transport& transport) : transport_(transport) {
+    transport_.set_wakeup_listener(this);
+  }
+  ~WakeupProbe() {
+    transport_.set_wakeup_listener(nullptr);
+    ::close(event_fd_);
+  }
+  WakeupProbe(const WakeupProbe&) = delete;
+  WakeupProbe& operator=(const WakeupProbe&) = delete;
+
+  void transport_signalled() override {
+    const uint64_t one = 1;
+    EXPECT_EQ(::write(event_fd_, &one, sizeof(one)), 8);
+  }
+  // Whether the transport told us within `milliseconds` (the loop's thread
+  // tells, so "not woken" waits a while); consumes it.
+  bool woken_within(int milliseconds) {
+    pollfd handle{event_fd_, POLLIN, 0};
+    if (::poll(&handle, 1, milliseconds) != 1) return false;
+    uint64_t count;
+    return ::read(event_fd_, &count, sizeof(count)) == 8;
+  }
+
+ private:
+  Transport& transport_;
+  int event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+};
+
+TEST_F(ShmTransportTest, TheListenerHearsOnlyWhenArmed) {
+  WakeupProbe probe(*second_);
+  EXPECT_EQ(second_->wait_handle(), -1);
   // Not armed: the writer makes no system call, and nothing wakes.
   EXPECT_EQ(write_to_ring({0, 0}, 0, 1u), 0);
-  EXPECT_EQ(::poll(&handle, 1, 0), 0);
-  // Armed with something already there: readable at once.
+  EXPECT_FALSE(probe.woken_within(50));
+  // Armed with something already there: the poll that follows an arm finds it.
   ASSERT_EQ(second_->arm(), 0);
-  EXPECT_EQ(::poll(&handle, 1, 0), 1);
   EXPECT_EQ(drain(*second_).size(), 1u);
-  EXPECT_EQ(::poll(&handle, 1, 0), 0);  // poll() consumed the wakeup
   // Armed with nothing there: asleep until the peer's immediate.
   ASSERT_EQ(second_->arm(), 0);
-  EXPECT_EQ(::poll(&handle, 1, 0), 0);
+  EXPECT_FALSE(probe.woken_within(20));
   EXPECT_EQ(write_to_ring({0, 0}, 0, 2u), 0);
-  EXPECT_EQ(::poll(&handle, 1, 1000), 1);
+  EXPECT_TRUE(probe.woken_within(5000));
   EXPECT_EQ(drain(*second_).at(0).immediate, 2u);
-  EXPECT_EQ(::poll(&handle, 1, 0), 0);
+  // One wakeup per arm: the next immediate, unarmed, wakes nobody.
+  EXPECT_EQ(write_to_ring({0, 0}, 0, 3u), 0);
+  EXPECT_FALSE(probe.woken_within(50));
 }
 
 TEST_F(ShmTransportTest, AWriteWithoutAnImmediateWakesNobody) {
+  WakeupProbe probe(*second_);
   ASSERT_EQ(second_->arm(), 0);
   EXPECT_EQ(write_to_ring(ring_at(0), 8), 0);
-  pollfd handle{second_->wait_handle(), POLLIN, 0};
-  EXPECT_EQ(::poll(&handle, 1, 0), 0);
+  EXPECT_FALSE(probe.woken_within(50));
 }
 
 TEST_F(ShmTransportTest, AnArmedSleeperWakesOnThePeersDisconnect) {
+  WakeupProbe probe(*second_);
   ASSERT_EQ(second_->arm(), 0);
-  pollfd handle{second_->wait_handle(), POLLIN, 0};
-  EXPECT_EQ(::poll(&handle, 1, 0), 0);
+  EXPECT_FALSE(probe.woken_within(20));
   first_->disconnect();
-  EXPECT_EQ(::poll(&handle, 1, 1000), 1);
+  EXPECT_TRUE(probe.woken_within(5000));
   EXPECT_NE(drain(*second_).at(0).status, 0);
 }
 
 TEST_F(ShmTransportTest, OurOwnCompletionWakesAnotherArmedThread) {
+  WakeupProbe probe(*first_);
   ASSERT_EQ(first_->arm(), 0);
-  pollfd handle{first_->wait_handle(), POLLIN, 0};
-  EXPECT_EQ(::poll(&handle, 1, 0), 0);
+  EXPECT_FALSE(probe.woken_within(20));
   ASSERT_EQ(first_->post_write({}, {0, 0}, std::nullopt, 3), 0);
-  EXPECT_EQ(::poll(&handle, 1, 0), 1);
+  EXPECT_TRUE(probe.woken_within(5000));
+}
+
+TEST_F(ShmTransportTest, ChannelsOfOneLinkAreWokenApart) {
+  // A second connection between the same two processes: the same doorbell
+  // each way, each channel told of its own wakeups only.
+  SocketPair sockets;
+  std::unique_ptr<ShmTransport> third, fourth;
+  ASSERT_NO_FATAL_FAILURE(testing::establish_both(sockets, small_options(), third, fourth));
+  WakeupProbe second_probe(*second_);
+  WakeupProbe fourth_probe(*fourth);
+  ASSERT_EQ(second_->arm(), 0);
+  ASSERT_EQ(fourth->arm(), 0);
+  ASSERT_EQ(third->post_write({}, {0, 0}, 7u, 0), 0);
+  EXPECT_TRUE(fourth_probe.woken_within(5000));
+  EXPECT_FALSE(second_probe.woken_within(50));
+  EXPECT_EQ(drain(*fourth).at(0).immediate, 7u);
+  EXPECT_EQ(write_to_ring({0, 0}, 0, 8u), 0);
+  EXPECT_TRUE(second_probe.woken_within(5000));
+  EXPECT_FALSE(fourth_probe.woken_within(50));
+}
+
+// Open descriptors of this process.
+int open_descriptors() {
+  int count = 0;
+  for (int fd = 0; fd < 65536; ++fd)
+    if (::fcntl(fd, F_GETFD) >= 0) ++count;
+  return count;
+}
+
+TEST_F(ShmTransportTest, AConnectionHoldsNoDescriptor) {
+  // The fixture's pair made the link; 32 more connections over it, their
+  // side channels closed and rings mapped (which closes each arena's
+  // memfd), hold nothing more.
+  const int before = open_descriptors();
+  std::vector<std::unique_ptr<ShmTransport>> ends;
+  std::vector<MappedMemory> rings;
+  for (int connection = 0; connection < 32; ++connection) {
+    SocketPair sockets;
+    std::unique_ptr<ShmTransport> a, b;
+    ASSERT_NO_FATAL_FAILURE(testing::establish_both(sockets, small_options(), a, b));
+    for (auto* end : {&a, &b}) {
+      ASSERT_EQ((*end)->map_receive_ring(4096, rings.emplace_back()), 0);
+      ends.push_back(std::move(*end));
+    }
+  }
+  EXPECT_EQ(open_descriptors(), before);
 }
 
 TEST_F(ShmTransportTest, AForkedChildCanNeitherUseNorCloseTheLink) {

@@ -18,7 +18,7 @@
 namespace qpsock::transport::shm {
 
 inline constexpr uint64_t kArenaMagic = 0x3172616d'68737071;  // "qpshmar1"
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr uint32_t kRegistrationSlots = 256;  // published remote registrations at once
 inline constexpr uint32_t kLargestNotificationCapacity = 1u << 20;
 inline constexpr uint64_t kLargestRingCapacity = uint64_t{1} << 30;  // the engine's largest ring
@@ -81,7 +81,7 @@ struct RegistrationEntry {
 inline constexpr uint64_t kNotInArena = ~uint64_t{0};
 
 // The immediates the peer pushed (the inbox's producer index) and whether
-// the owner sleeps on its eventfd (WaiterState).
+// the owner sleeps, and how to wake it (wakeup.h).
 struct InboxHeader {
   alignas(64) std::atomic<uint64_t> tail;
   alignas(64) std::atomic<uint32_t> waiter;

@@ -55,7 +55,10 @@ class SharedPeers : public HelperLock {
 
   // The child's transports inherited from its parent are unusable
   // (shm_transport.h), and so are the parent's ptrace grants.
-  void forget_after_fork() { by_pid_.clear(); }
+  void forget_after_fork() {
+    by_pid_.clear();
+    by_tag_.clear();
+  }
 
  private:
   struct Entry {
@@ -69,38 +72,46 @@ class SharedPeers : public HelperLock {
     auto opened = std::make_shared<PeerProcess>();
     if (int error = opened->open(pid); error < 0) return error;
     const uint64_t serial = ++serials_ & (kLargestBackgroundTag >> kPidBits);
-    if (int error = watch_in_background(opened->pidfd(), EPOLLIN | EPOLLONESHOT, &on_exit,
-                                        serial << kPidBits | static_cast<uint64_t>(pid));
+    const uint64_t tag = serial << kPidBits | static_cast<uint64_t>(pid);
+    if (int error = watch_in_background(opened->pidfd(), EPOLLIN | EPOLLONESHOT, &on_exit, tag);
         error < 0)
       return error;
+    if (int error = opened->own_doorbell().open(&on_doorbell, tag); error < 0) return error;
     entry = {opened, serial};
+    by_tag_[tag] = opened;
     out = std::move(opened);
     return 0;
   }
 
-  static void on_exit(uint64_t tag, uint32_t /*events*/) {
-    const auto pid = static_cast<pid_t>(tag & kPidMask);
-    std::shared_ptr<PeerProcess> peer;
-    {
-      auto& peers = fork_aware_instance<SharedPeers>();
-      std::lock_guard lock(peers);
-      const auto found = peers.by_pid_.find(pid);
-      // Another serial: share() found this one gone and told it.
-      if (found != peers.by_pid_.end() && found->second.serial == tag >> kPidBits)
-        peer = found->second.peer.lock();
-    }
-    if (peer != nullptr) peer->report_exit();
+  // The PeerProcess a watch's tag names, while a transport holds it (one
+  // whose pid a later process reuses too: its transports still hear of
+  // wakeups).
+  static std::shared_ptr<PeerProcess> find(uint64_t tag) {
+    auto& peers = fork_aware_instance<SharedPeers>();
+    std::lock_guard lock(peers);
+    const auto found = peers.by_tag_.find(tag);
+    return found != peers.by_tag_.end() ? found->second.lock() : nullptr;
   }
 
-  // Entries whose transports are all gone, once the map has doubled since
+  static void on_exit(uint64_t tag, uint32_t /*events*/) {
+    if (const auto peer = find(tag); peer != nullptr) peer->report_exit();
+  }
+
+  static void on_doorbell(uint64_t tag, uint32_t /*events*/) {
+    if (const auto peer = find(tag); peer != nullptr) peer->own_doorbell().dispatch();
+  }
+
+  // Entries whose transports are all gone, once the maps have doubled since
   // the last sweep: the work per share stays constant on average.
   void forget_gone_peers() {
-    if (by_pid_.size() < swept_size_ * 2) return;
+    if (by_tag_.size() < swept_size_ * 2) return;
     std::erase_if(by_pid_, [](const auto& entry) { return entry.second.peer.expired(); });
-    swept_size_ = std::max<size_t>(by_pid_.size(), 16);
+    std::erase_if(by_tag_, [](const auto& entry) { return entry.second.expired(); });
+    swept_size_ = std::max<size_t>(by_tag_.size(), 16);
   }
 
   std::unordered_map<pid_t, Entry> by_pid_;
+  std::unordered_map<uint64_t, std::weak_ptr<PeerProcess>> by_tag_;  // every one still held
   size_t swept_size_ = 16;
   uint64_t serials_ = 0;
 };
@@ -173,6 +184,18 @@ int PeerProcess::subscribe(PeerExitListener* listener) {
 void PeerProcess::unsubscribe(PeerExitListener* listener) {
   std::lock_guard lock(listeners_mutex_);
   std::erase(listeners_, listener);
+}
+
+int PeerProcess::peer_doorbell(uint64_t link_id, UniqueFd doorbell, int page_fd,
+                               std::shared_ptr<PeerDoorbell>& out) {
+  std::lock_guard lock(peer_doorbell_mutex_);
+  if (peer_doorbell_ == nullptr || peer_doorbell_->link_id() != link_id) {
+    auto attached = std::make_shared<PeerDoorbell>();
+    if (int error = attached->attach(link_id, std::move(doorbell), page_fd); error < 0) return error;
+    peer_doorbell_ = std::move(attached);
+  }
+  out = peer_doorbell_;
+  return 0;
 }
 
 void PeerProcess::report_exit() {

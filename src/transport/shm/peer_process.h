@@ -1,10 +1,12 @@
 // The peer process: its pid, a pidfd on it (readable once it exited; never
-// confused with a later process that reuses the pid), and reads of its
-// memory with process_vm_readv (the rendezvous's "RDMA READ": one copy,
-// straight into the destination). Every transport with the same peer
-// process shares one PeerProcess (share_peer_process): one pidfd per peer,
-// not per connection, watched by the background loop
-// (common/background_loop.h), which tells each transport of the peer's exit.
+// confused with a later process that reuses the pid), reads of its memory
+// with process_vm_readv (the rendezvous's "RDMA READ": one copy, straight
+// into the destination), and the doorbells of our link with it
+// (link_doorbell.h). Every transport with the same peer process shares one
+// PeerProcess (share_peer_process): one pidfd and one doorbell each way per
+// peer, not per connection, watched by the background loop
+// (common/background_loop.h), which tells each transport of the peer's exit
+// and of its wakeups.
 #pragma once
 
 #include <sys/types.h>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "transport/shm/link_doorbell.h"
 
 namespace qpsock::transport::shm {
 
@@ -60,12 +63,23 @@ class PeerProcess {
   // Reports the exit to every listener, once.
   void report_exit();
 
+  // Ours, for the peer to ring: opened by share_peer_process.
+  OwnDoorbell& own_doorbell() { return own_doorbell_; }
+  // The peer's doorbell of link `link_id`: the one kept if the peer's hello
+  // names it again (the fds then only close), else one made of these. 0 with
+  // `out` set, or -errno (PeerDoorbell::attach).
+  int peer_doorbell(uint64_t link_id, UniqueFd doorbell, int page_fd,
+                    std::shared_ptr<PeerDoorbell>& out);
+
  private:
   pid_t pid_ = -1;
   UniqueFd pidfd_;
   std::atomic<bool> exit_reported_{false};
   std::mutex listeners_mutex_;
   std::vector<PeerExitListener*> listeners_;
+  OwnDoorbell own_doorbell_;
+  std::mutex peer_doorbell_mutex_;
+  std::shared_ptr<PeerDoorbell> peer_doorbell_;
 };
 
 // The PeerProcess of the live process `pid` that this process already

@@ -15,11 +15,13 @@ namespace qpsock::transport::shm {
 namespace {
 
 constexpr uint64_t kHelloMagic = 0x3169686d'68737071;  // "qpshmhi1"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
+// The fds a good hello carries: arena, doorbell, wake page.
+constexpr size_t kHelloFds = 3;
 constexpr uint32_t kLargestSlices = 64;
 
-// The first message each side sends; its arena memfd and eventfd ride with
-// it when status is 0.
+// The first message each side sends; its arena memfd and its link's
+// doorbell eventfd and wake page memfd ride with it when status is 0.
 struct Hello {
   uint64_t magic;
   uint32_t version;
@@ -28,9 +30,11 @@ struct Hello {
   int32_t status;  // 0, or the -errno its local setup failed with
   uint64_t arena_size;
   uint64_t probe_address;  // where the sender's probe word is, in its address space
-  uint64_t reserved;
+  uint64_t link_id;        // its OwnDoorbell's: the same for every hello of the link
+  uint32_t wake_slot;      // the channel's slot on its doorbell
+  uint32_t reserved;
 };
-static_assert(sizeof(Hello) == 48, "the size establish() documents");
+static_assert(sizeof(Hello) == 56, "the size establish() documents");
 
 // The second: whether the sender could read the other's memory.
 using Verdict = int32_t;
@@ -94,27 +98,29 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
   const Deadline deadline = std::chrono::steady_clock::now() + options.setup_timeout;
 
   const int local_status = transport->set_up_local(peer_pid);
-  Hello ours{kHelloMagic,
-             kProtocolVersion,
-             static_cast<uint32_t>(role),
-             ::getpid(),
-             local_status,
-             0,
-             0,
-             0};
-  int ours_fds[2] = {-1, -1};
+  Hello ours{};
+  ours.magic = kHelloMagic;
+  ours.version = kProtocolVersion;
+  ours.role = static_cast<uint32_t>(role);
+  ours.pid = ::getpid();
+  ours.status = local_status;
+  int ours_fds[kHelloFds] = {-1, -1, -1};
   if (local_status == 0) {
+    const OwnDoorbell& doorbell = transport->peer_->own_doorbell();
     ours.arena_size = transport->local_->layout().size;
     ours.probe_address = reinterpret_cast<uintptr_t>(&transport->local_->control().probe_word);
+    ours.link_id = doorbell.link_id();
+    ours.wake_slot = static_cast<uint32_t>(transport->own_slot_);
     ours_fds[0] = transport->local_->fd();
-    ours_fds[1] = transport->wakeup_.event_fd();
+    ours_fds[1] = doorbell.doorbell_fd();
+    ours_fds[2] = doorbell.page_fd();
   }
   Hello theirs{};
-  UniqueFd their_fds[2];
+  PeerHello peer{};
   size_t fds_received = 0;
   const int hellos = trade(side_channel_fd, &ours, &theirs, sizeof(ours),
-                           {ours_fds, local_status == 0 ? 2u : 0u}, their_fds, fds_received, deadline,
-                           peer_pid, "the hellos");
+                           {ours_fds, local_status == 0 ? kHelloFds : 0u}, peer.fds, fds_received,
+                           deadline, peer_pid, "the hellos");
   const bool fds_short = hellos == -EMFILE;
   if (hellos < 0 && !fds_short) return hellos;
   if (local_status < 0) {
@@ -139,11 +145,15 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
     verdict = -EPROTO;
   else if (fds_short)
     verdict = -EMFILE;
-  else if (fds_received != 2)
+  else if (fds_received != kHelloFds)
     verdict = -EPROTO;
-  else
-    verdict = transport->attach_peer(std::move(their_fds[0]), std::move(their_fds[1]),
-                                     theirs.arena_size, theirs.probe_address);
+  else {
+    peer.arena_size = theirs.arena_size;
+    peer.probe_address = theirs.probe_address;
+    peer.link_id = theirs.link_id;
+    peer.wake_slot = theirs.wake_slot;
+    verdict = transport->attach_peer(peer);
+  }
   Verdict their_verdict = 0;
   size_t no_fds = 0;
   if (int error = trade(side_channel_fd, &verdict, &their_verdict, sizeof(verdict), {}, {}, no_fds,
@@ -171,7 +181,8 @@ int ShmTransport::set_up_local(pid_t peer_pid) {
   if (page_ == nullptr || epoch_ == 0) return -ENOMEM;
   if (int error = grant_.acquire(peer_pid, page_, epoch_); error < 0) return error;
   if (int error = share_peer_process(peer_pid, peer_); error < 0) return error;
-  if (int error = wakeup_.open(); error < 0) return error;
+  own_slot_ = peer_->own_doorbell().add_channel();
+  if (own_slot_ < 0) return static_cast<int>(own_slot_);
   std::unique_ptr<LocalArena> arena;
   if (int error = LocalArena::create(
           ArenaLayout::make(options_.notification_capacity, options_.ring_size), arena);
@@ -186,20 +197,30 @@ int ShmTransport::set_up_local(pid_t peer_pid) {
   return 0;
 }
 
-int ShmTransport::attach_peer(UniqueFd arena_fd, UniqueFd event_fd, uint64_t arena_size,
-                              uint64_t probe_address) {
-  if (!arena_fd.valid() || !event_fd.valid()) return -EPROTO;
-  if (int error = PeerArena::map(arena_fd.get(), peer_arena_); error < 0) return error;
-  if (peer_arena_->layout().size != arena_size) return -EPROTO;
-  peer_event_fd_ = std::move(event_fd);
+int ShmTransport::attach_peer(PeerHello& hello) {
+  for (const UniqueFd& fd : hello.fds)
+    if (!fd.valid()) return -EPROTO;
+  if (hello.wake_slot >= kLinkChannels) return -EPROTO;
+  if (int error = PeerArena::map(hello.fds[0].get(), peer_arena_); error < 0) return error;
+  if (peer_arena_->layout().size != hello.arena_size) return -EPROTO;
+
   outbox_ = ImmediateSender(&peer_arena_->inbox(), peer_arena_->inbox_slots(),
                             peer_arena_->layout(), &peer_arena_->control().inbox_head);
   // The probe: the word we see in its memfd must be at the address it gave,
   // in the process the pid (checked by the pidfd) names.
   uint64_t word = 0;
   const iovec into{&word, sizeof(word)};
-  if (int error = peer_->read({&into, 1}, probe_address, sizeof(word)); error < 0) return error;
-  return word == peer_arena_->control().probe_word ? 0 : -EPROTO;
+  if (int error = peer_->read({&into, 1}, hello.probe_address, sizeof(word)); error < 0)
+    return error;
+  if (word != peer_arena_->control().probe_word) return -EPROTO;
+  // Only a hello proved to be the peer's may replace the link's doorbell.
+  if (int error = peer_->peer_doorbell(hello.link_id, std::move(hello.fds[1]), hello.fds[2].get(),
+                                       peer_doorbell_);
+      error < 0)
+    return error;
+  peer_slot_ = hello.wake_slot;
+  peer_probe_address_ = hello.probe_address;
+  return 0;
 }
 
 }  // namespace qpsock::transport::shm

@@ -55,14 +55,47 @@ ShmTransport::~ShmTransport() {
     ErrnoGuard errno_guard;
     if (listening_for_exit_) peer_->unsubscribe(this);
     break_link();
+    if (own_slot_ >= 0) peer_->own_doorbell().remove_channel(static_cast<uint32_t>(own_slot_));
   }
+}
+
+void ShmTransport::set_wakeup_listener(stream::WakeupListener* listener) {
+  // A forked child's copy has no link to be told of (and the table's lock
+  // may have been held at the fork).
+  if (own_slot_ < 0 || !in_owner_process()) return;
+  peer_->own_doorbell().set_listener(static_cast<uint32_t>(own_slot_), listener);
+}
+
+void ShmTransport::wake_own_sleeper() {
+  if (own_slot_ < 0) return;
+  // The word is in memory the peer writes: the waker we named is taken from
+  // our own copy, never from it.
+  wake_if_armed(local_->inbox().waiter, peer_->own_doorbell().target(),
+                static_cast<uint32_t>(own_slot_),
+                [this](uint32_t) { return own_sleeper_fd_.load(std::memory_order_relaxed); });
+}
+
+void ShmTransport::wake_peer_sleeper() {
+  wake_if_armed(peer_arena_->inbox().waiter, peer_doorbell_->target(), peer_slot_,
+                [this](uint32_t number) {
+                  return peer_doorbell_->sleeper_fd(peer_->pidfd(), number,
+                                                    [this] { return peer_runs_same_image(); });
+                });
+}
+
+bool ShmTransport::peer_runs_same_image() const {
+  // The probe word is where the peer said, in the image that made the arena.
+  uint64_t word = 0;
+  const iovec into{&word, sizeof(word)};
+  return peer_->read({&into, 1}, peer_probe_address_, sizeof(word)) == 0 &&
+         word == peer_arena_->control().probe_word;
 }
 
 void ShmTransport::peer_exited() {
   // As the peer's last act would: seen by the next poll, or it wakes the
   // sleeper armed for it (seq_cst after the report, as wakeup.h asks).
   ErrnoGuard errno_guard;
-  wake_if_armed(local_->inbox().waiter, wakeup_.event_fd());
+  wake_own_sleeper();
 }
 
 int ShmTransport::map_receive_ring(size_t length, stream::MappedMemory& ring) {
@@ -138,7 +171,7 @@ int ShmTransport::deliver_write(std::span<const LocalSlice> source, RemoteRegion
   if (!immediate) return 0;
   // One more than the peer can hold is an RNR: the link breaks.
   if (!outbox_.push(*immediate)) return -EIO;
-  wake_if_armed(peer_arena_->inbox().waiter, peer_event_fd_.get());
+  wake_peer_sleeper();
   return 0;
 }
 
@@ -176,16 +209,16 @@ int ShmTransport::deliver_read(std::span<const LocalSlice> destination, RemoteRe
 
 void ShmTransport::complete(const Completion& completion) {
   completions_.push(completion);
-  // Another of our threads may sleep armed on the wait handle for it.
-  wake_if_armed(local_->inbox().waiter, wakeup_.event_fd());
+  // Another of our threads may sleep armed for it.
+  wake_own_sleeper();
 }
 
 int ShmTransport::poll(std::span<Completion> completions) {
   if (!in_owner_process()) return kForkedStatus;
   ErrnoGuard errno_guard;
-  // Drain the wakeup before looking, so a wakeup for work we do not see
-  // here stays pending for the sleep that follows.
-  wakeup_.consume(local_->inbox().waiter);
+  // Take the wakeup before looking, so a wakeup for work we do not see
+  // here comes again for the sleep that follows.
+  consume_wakeup(local_->inbox().waiter);
   if (failure_reported_) return static_cast<int>(completions_.pop_into(completions));
   // The link's failure is looked at first: a peer pushes its last immediates
   // before it closes or dies, so once a failure is seen, the inbox holds
@@ -250,23 +283,14 @@ bool ShmTransport::link_failed() {
   return false;
 }
 
-bool ShmTransport::work_pending() const {
-  if (!completions_.empty()) return true;
-  // After the error, the inbox is never popped again (a peer may push once
-  // more before it sees our close; an overrun leaves its bad tail).
-  if (failure_reported_) return false;
-  if (inbox_.pending()) return true;
-  return broken_ || peer_arena_->control().closed.load() != 0 || peer_->exit_reported();
-}
+int ShmTransport::arm() { return arm_for_sleeper(-1); }
 
-int ShmTransport::arm() {
+int ShmTransport::arm_for_sleeper(int sole_sleeper_fd) {
   if (!in_owner_process()) return kForkedStatus;
-  ErrnoGuard errno_guard;
-  std::atomic<uint32_t>& waiter = local_->inbox().waiter;
-  wakeup_.arm(waiter);
-  // Something already there (the peer's exit too, reported before the arm):
-  // make the wait handle readable at once.
-  if (work_pending()) wake_if_armed(waiter, wakeup_.event_fd());
+  // What is there already the caller's next poll finds (Transport::arm):
+  // no wakeup for it.
+  own_sleeper_fd_.store(sole_sleeper_fd, std::memory_order_relaxed);
+  arm_waiter(local_->inbox().waiter, sole_sleeper_fd);
   return 0;
 }
 
@@ -296,12 +320,12 @@ void ShmTransport::break_link() {
   // stays known: the stream may ask after the break).
   if (peer_arena_ != nullptr) {
     peer_consumed_at_break_ = peer_arena_->control().ring_consumed.load(std::memory_order_acquire);
-    wake_if_armed(peer_arena_->inbox().waiter, peer_event_fd_.get());
+    if (peer_doorbell_ != nullptr) wake_peer_sleeper();
   }
   peer_arena_.reset();
-  peer_event_fd_.reset();
+  peer_doorbell_.reset();
   // Another of our threads may sleep armed: it must see the error.
-  wake_if_armed(local_->inbox().waiter, wakeup_.event_fd());
+  wake_own_sleeper();
 }
 
 }  // namespace qpsock::transport::shm

@@ -6,13 +6,15 @@
 // How it maps the RC queue-pair model (docs/stream-engine.md, "shm transport"):
 // - Each endpoint creates an *arena* (arena_layout.h): a sealed memfd holding
 //   its control block and registration table, its inbox of immediates, and
-//   its receive ring. The two exchange arenas and eventfds over the side
-//   channel (SCM_RIGHTS) and map each other's. No name in /dev/shm; the memory
-//   goes when both have unmapped it (closed, destroyed, or died).
+//   its receive ring. The two exchange arenas over the side channel
+//   (SCM_RIGHTS) and map each other's, and close the memfds. No name in
+//   /dev/shm; the memory goes when both have unmapped it (closed, destroyed,
+//   or died).
 // - post_write is a memcpy into the peer's ring (the engine maps its ring
 //   through map_receive_ring, so it lies in our arena) and, with an
 //   immediate, a push into the peer's inbox and a release store: no system
-//   call unless the peer sleeps armed. max_inline() is unlimited, so every
+//   call unless the peer sleeps armed, and then one write of its link's
+//   doorbell (link_doorbell.h). max_inline() is unlimited, so every
 //   eager write is one copy straight from the application's buffer.
 // - post_read of a peer's remote_read registration outside its arena (a
 //   rendezvous source: the application's own buffer) is one process_vm_readv
@@ -28,11 +30,16 @@
 //   the peer only ever writes into the shared memfd, never (by
 //   process_vm_writev) into private memory that a racing deregistration
 //   could hand back to the allocator.
-// - The wait handle is our eventfd: a sleeper wakes on a completion, and on
-//   the peer's death, which the background loop sees on the pidfd that every
-//   transport with that process shares (peer_process.h). The peer's pid is
-//   never used without its pidfd confirming it is still the peer (pid
-//   reuse). A connection holds two descriptors: its eventfd and the peer's.
+// - There is no wait handle. A sleeping thread that is a stream's only
+//   sleeper arms with its own waker, which the peer then writes (taking it
+//   once per link with pidfd_getfd, wakeup.h); otherwise the link's
+//   doorbells (link_doorbell.h) tell the stream, as its WakeupListener, on
+//   the background loop's thread. So it hears of a completion after arm(),
+//   and of the peer's death, which the loop sees on the pidfd that every
+//   transport with that process shares (peer_process.h). The peer's pid is never used without its pidfd
+//   confirming it is still the peer (pid reuse). A connection holds no
+//   descriptor: the hellos carry each side's doorbell and wake page, kept
+//   once per link.
 //
 // fork: the arenas are MAP_SHARED, so a forked child shares them with its
 // parent. A child must not touch them: every call of a transport inherited
@@ -101,8 +108,8 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   // initiator, one as responder, at about the same time. `peer_pid` is the
   // peer's pid as this process sees it (SO_PEERCRED).
   //
-  // On the socket, each side sends exactly one 48-byte hello carrying its
-  // arena memfd and eventfd (SCM_RIGHTS), then, if both hellos were good, one
+  // On the socket, each side sends exactly one 56-byte hello carrying its
+  // arena memfd and its link's doorbell and wake page (SCM_RIGHTS), then, if both hellos were good, one
   // 4-byte verdict on whether it can read the other's memory; each reads the
   // same from the peer, never more, so the socket is positioned for the
   // caller's next message when establish returns (success or not, unless the
@@ -115,7 +122,9 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   //               (Yama ptrace_scope >= 2, or 1 with another peer process
   //               already granted; different users; a non-dumpable process)
   //   -ESRCH      the peer process is gone
-  //   -EPROTO     the peer's messages or arena are malformed, or the roles clash
+  //   -EPROTO     the peer's messages, arena or doorbell are malformed, or the
+  //               roles clash
+  //   -ENOSPC     the link with the peer process carries kLinkChannels already
   //   -ECONNREFUSED  the peer failed its side of setup
   //   -ETIMEDOUT  the peer did not answer within options.setup_timeout
   //   -ECONNRESET the side channel closed
@@ -139,8 +148,10 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   int poll(std::span<stream::Completion> completions) override;
   int poll_for_exit(std::span<stream::Completion> completions) override;
   bool link_up_for_exit() const override;
-  int wait_handle() const override { return wakeup_.event_fd(); }
+  int wait_handle() const override { return -1; }
+  void set_wakeup_listener(stream::WakeupListener* listener) override;
   int arm() override;
+  int arm_for_sleeper(int sole_sleeper_fd) override;
   void disconnect() override;
   size_t max_inline() const override;
   uint32_t max_outstanding_reads() const override { return options_.max_outstanding_reads; }
@@ -164,12 +175,20 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   void peer_exited() override;
 
   // --- shm_establish.cc ---
-  // Our arena and eventfd, and the shared peer process; 0 or -errno.
+  // Our arena, the shared peer process and our slot on its link; 0 or -errno.
   int set_up_local(pid_t peer_pid);
-  // Maps the peer's arena and proves, by reading its probe word with
-  // process_vm_readv, that the pid is the arena's owner and readable.
-  int attach_peer(UniqueFd arena_fd, UniqueFd event_fd, uint64_t arena_size,
-                  uint64_t probe_address);
+  // What the peer's hello brought (its fds, in order: arena, doorbell, wake page).
+  struct PeerHello {
+    UniqueFd fds[3];
+    uint64_t arena_size;
+    uint64_t probe_address;
+    uint64_t link_id;
+    uint32_t wake_slot;
+  };
+  // Maps the peer's arena, takes its doorbell, and proves, by reading its
+  // probe word with process_vm_readv, that the pid is the arena's owner and
+  // readable.
+  int attach_peer(PeerHello& hello);
 
   // --- shm_transport.cc ---
   bool in_owner_process() const { return in_epoch(page_, epoch_); }
@@ -183,12 +202,17 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   int deliver_read(std::span<const stream::LocalSlice> destination, stream::RemoteRegion source);
   // Queues our completion of a post; wakes another of our threads if armed.
   void complete(const stream::Completion& completion);
+  // Wakes the sleeper that armed our end, or the peer's.
+  void wake_own_sleeper();
+  void wake_peer_sleeper();
+  // Whether the peer process still runs the program that made its arena
+  // (an exec replaces its descriptors too).
+  bool peer_runs_same_image() const;
   // The peer's immediates, as arrival completions, while there is room:
   // how many.
   size_t pop_arrivals(std::span<stream::Completion> completions);
   // Whether the link has failed (noticing the peer's disconnect or death).
   bool link_failed();
-  bool work_pending() const;
   void break_link();
 
   ShmOptions options_;
@@ -196,12 +220,15 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   uint64_t epoch_ = 0;
   PtracerGrant grant_;
   std::shared_ptr<PeerProcess> peer_;  // shared with every transport to that process
-  Wakeup wakeup_;
+  int64_t own_slot_ = -1;              // ours on the link's OwnDoorbell
   std::shared_ptr<LocalArena> local_;
   std::shared_ptr<RegistrationPublisher> publisher_;
   std::unique_ptr<PeerArena> peer_arena_;  // unmapped when the link breaks
   std::optional<uint64_t> peer_consumed_at_break_;  // its published count, read before unmapping
-  UniqueFd peer_event_fd_;
+  std::shared_ptr<PeerDoorbell> peer_doorbell_;     // shared with the link's other channels
+  uint32_t peer_slot_ = 0;                          // this channel's on the peer's
+  uint64_t peer_probe_address_ = 0;                 // its probe word, in its memory
+  std::atomic<int> own_sleeper_fd_{-1};             // the waker our last arm named
   ImmediateSender outbox_;
   ImmediateReceiver inbox_;
   CompletionQueue completions_;
