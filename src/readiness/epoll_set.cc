@@ -310,7 +310,8 @@ uint32_t EpollSet::current_events_locked(Watch& watch, stream::Stream::Progress 
     pollfd tcp{watch.fd, POLLIN | POLLPRI | POLLOUT | POLLRDHUP, 0};
     if (watch.fd >= 0 && next::poll(&tcp, 1, 0) == 1) kernel = tcp.revents;
   }
-  return static_cast<uint16_t>(upgraded_socket_events(connection, kernel, progress));
+  return static_cast<uint16_t>(
+      upgraded_socket_events(connection, watch.fd, kernel, progress, switched_while_looking_));
 }
 
 int EpollSet::collect_locked(epoll_event* events, int capacity, uint64_t round,
@@ -321,7 +322,13 @@ int EpollSet::collect_locked(epoll_event* events, int capacity, uint64_t round,
     Watch& watch = *owned;
     if (!watch.converted && watch.nested == nullptr) continue;
     if (watch.disabled || watch.reported_round == round || watch.conversion > converted_by) continue;
-    const bool kernel_spoke = watch.control_revents != 0;
+    // A TCP edge is news for a watched direction still on TCP; a switched
+    // one's segments are the token, doorbells and the end, which the stream
+    // tells.
+    const bool kernel_spoke =
+        watch.control_revents != 0 &&
+        (watch.connection == nullptr || !watch.connection->receiving_switched() ||
+         ((watch.events & EPOLLOUT) != 0 && !watch.connection->sending_switched()));
     const uint32_t wanted = (watch.events & kReadinessBits) | EPOLLHUP | EPOLLERR;
     const uint32_t report = current_events_locked(watch, progress) & wanted;
     if ((watch.events & EPOLLET) != 0) {
@@ -413,9 +420,12 @@ int EpollSet::wait(epoll_event* events, int capacity, const timespec* timeout,
         // Arm, then look again: a change after the arm wakes the sleep, one
         // before it is in what we look at.
         armed = true;
+        switched_while_looking_ = false;
         arm_locked();
         count = collect_locked(events, capacity, round, stream::Stream::Progress::none);
-        if (count == 0) kernel_timeout = milliseconds_left(deadline);
+        // A direction that switched in the look made its stream progress
+        // after the arm: look again, armed anew, rather than sleep.
+        if (count == 0 && !switched_while_looking_) kernel_timeout = milliseconds_left(deadline);
       }
       converted_before_wait = conversions_;
     }
@@ -472,7 +482,9 @@ int EpollSet::take_cookies(epoll_event* events, int count) {
 bool EpollSet::prepare_outer_sleep() {
   SetLock lock(*this);
   convert_upgraded_locked();
-  // Armed before looking, as in wait().
+  // Armed before looking, as in wait(); a direction that switched in the
+  // look spent the arm: the outer wait must not sleep on it.
+  switched_while_looking_ = false;
   arm_locked();
   bool ready = false;
   for (const auto& watch : watches_) {
@@ -486,7 +498,7 @@ bool EpollSet::prepare_outer_sleep() {
       continue;
     ready = true;
   }
-  return ready;
+  return ready || switched_while_looking_;
 }
 
 void EpollSet::finish_outer_sleep() {

@@ -190,6 +190,8 @@ class EpollSet {
   std::unordered_map<stream::Stream*, StreamUse> stream_users_;
   std::shared_ptr<stream::ReadinessSignal> signal_;
   bool signal_registered_ = false;
+  // A look switched a socket's receiving direction (upgraded_socket_events).
+  bool switched_while_looking_ = false;
 };
 
 }  // namespace qpsock::readiness

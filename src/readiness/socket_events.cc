@@ -4,10 +4,13 @@
 
 namespace qpsock::readiness {
 
-short upgraded_socket_events(upgrade::Connection& connection, short kernel,
-                             stream::Stream::Progress progress) {
+short upgraded_socket_events(upgrade::Connection& connection, int fd, short kernel,
+                             stream::Stream::Progress progress, bool& settled) {
   stream::Stream* stream = connection.stream();
   if (stream == nullptr) return kernel;  // a forked child's copy of its parent's connection
+  if ((kernel & POLLIN) != 0 && fd >= 0 && !connection.receiving_switched() &&
+      connection.settle_receive_switch(fd))
+    settled = true;
   const short stream_events = stream->readiness(progress);
   constexpr short read_bits = POLLIN | POLLRDNORM | POLLRDHUP;
   constexpr short write_bits = POLLOUT | POLLWRNORM;

@@ -7,11 +7,14 @@
 
 namespace qpsock::readiness {
 
-// `kernel`: the TCP socket's revents (poll bits; epoll's have the same values).
-// The connection's stream must be installed.
-// After the waiter armed the stream, `progress` must be none (see
-// Stream::readiness).
-short upgraded_socket_events(upgrade::Connection& connection, short kernel,
-                             stream::Stream::Progress progress = stream::Stream::Progress::make);
+// `kernel`: the TCP socket's revents (poll bits; epoll's have the same values)
+// for `fd`, one of the socket's numbers. The connection's stream must be
+// installed. After the waiter armed the stream, `progress` must be none (see
+// Stream::readiness). What TCP holds may be the binding token alone: then
+// the receiving direction switches here (Connection::settle_receive_switch)
+// and `settled` is set; the stream made progress, so a waiter that armed
+// must arm again before it sleeps.
+short upgraded_socket_events(upgrade::Connection& connection, int fd, short kernel,
+                             stream::Stream::Progress progress, bool& settled);
 
 }  // namespace qpsock::readiness

@@ -51,27 +51,32 @@ std::vector<Watched> upgraded_entries(const pollfd* fds, nfds_t count) {
 }
 
 // The application's revents for a watched entry, given the kernel's.
-short merged_events(const Watched& entry, short wanted, short kernel, bool set_ready) {
+short merged_events(const Watched& entry, int fd, short wanted, short kernel, bool set_ready,
+                    bool& switched) {
   if (entry.epoll_set != nullptr) {
     const short events = static_cast<short>(kernel | (set_ready ? POLLIN : 0));
     return static_cast<short>(events & (wanted | POLLHUP | POLLERR | POLLNVAL));
   }
   if (entry.parents_stream) return POLLERR | POLLHUP;
   // The streams were armed before this look: it must not spend the arm.
-  const short events = upgraded_socket_events(*entry.connection, kernel, stream::Stream::Progress::none);
+  const short events = upgraded_socket_events(*entry.connection, fd, kernel,
+                                              stream::Stream::Progress::none, switched);
   return static_cast<short>(events & (wanted | POLLHUP | POLLERR));
 }
 
 // Fills the application's revents from the kernel's and the streams'; how
-// many entries have any.
+// many entries have any. `switched`: a receiving direction switched in the
+// look (the arm is spent: look again, armed anew, before sleeping).
 int gather(pollfd* fds, nfds_t count, const std::vector<pollfd>& kernel_set,
-           const std::vector<Watched>& watched, const std::vector<bool>& set_ready) {
+           const std::vector<Watched>& watched, const std::vector<bool>& set_ready,
+           bool& switched) {
   int ready = 0;
   size_t next_watched = 0;
   for (nfds_t index = 0; index < count; ++index) {
     short events = kernel_set[index].revents;
     if (next_watched < watched.size() && watched[next_watched].index == index) {
-      events = merged_events(watched[next_watched], fds[index].events, events, set_ready[next_watched]);
+      events = merged_events(watched[next_watched], fds[index].fd, fds[index].events, events,
+                             set_ready[next_watched], switched);
       ++next_watched;
     }
     fds[index].revents = events;
@@ -176,8 +181,10 @@ bool poll_upgraded(pollfd* fds, nfds_t count, const timespec* timeout, const sig
         failed = true;
         break;
       }
-      ready = gather(fds, count, kernel_set, watched, set_ready);
+      bool switched = false;
+      ready = gather(fds, count, kernel_set, watched, set_ready, switched);
       if (ready > 0 || (deadline && Clock::now() >= *deadline)) break;
+      if (switched) break;  // armed anew by the next round, then slept on
     }
     const int poll_error = errno;
     for (const Watched& entry : watched) {

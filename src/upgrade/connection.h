@@ -127,6 +127,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool switched() const { return sending_switched() || receiving_switched(); }
   bool sending_switched() const { return send_switched_.load(std::memory_order_acquire); }
   bool receiving_switched() const { return receive_switched_.load(std::memory_order_acquire); }
+  // For poll and epoll, when the receiving direction has not switched and
+  // TCP is readable: if what TCP holds is the binding token (and no byte
+  // before it), takes it now, so that readiness to read is the stream's (a
+  // plain socket is never readable without a byte for the application).
+  // Never waits: a reader at work keeps it. True if the direction switched.
+  bool settle_receive_switch(int fd);
   // Null until established.
   stream::Stream* stream() const { return stream_installed_.load(std::memory_order_acquire); }
 

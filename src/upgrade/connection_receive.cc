@@ -235,6 +235,23 @@ ssize_t Connection::receive_once(KeptFd socket, std::span<const iovec> buffers, 
   }
 }
 
+bool Connection::settle_receive_switch(int fd) {
+  if (receiving_switched() || inherited_stream()) return false;
+  std::unique_lock lock(receive_mutex_, std::try_to_lock);
+  if (!lock.owns_lock() || receiving_switched()) return false;
+  const KeptFd socket = keep_fd(fd);
+  std::optional<FdUse> use;
+  use.emplace(socket);
+  if (!*use) return false;
+  learn_switch_point_locked();
+  if (switch_point_ < 0 || tcp_received_ != static_cast<uint64_t>(switch_point_)) return false;
+  if (take_token_locked(fd) <= 0) return false;
+  // As receive_once does: watched once our use has ended.
+  use.reset();
+  watch_for_doorbells(socket);
+  return true;
+}
+
 ssize_t Connection::receive_from_stream(std::span<const iovec> buffers, int flags,
                                         stream::Blocking& blocking) {
   const ssize_t got = stream()->receive(buffers, flags, blocking);

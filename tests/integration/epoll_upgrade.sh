@@ -10,6 +10,8 @@
 #   - epoll_echo_server: level-triggered, EPOLLET, EPOLLONESHOT with 4 threads
 #     on one set, the set nested in another epoll set and polled with poll(2);
 #   - the Java NIO Selector server (epoll underneath) and python asyncio;
+#   - a python selectors server that fails on a readiness without a byte
+#     (the binding token arriving in TCP must not look readable);
 #   - an upgraded connection idle in epoll costs no CPU (nothing spins).
 # usage: epoll_upgrade.sh    (root: it makes a network namespace)
 set -Eeuo pipefail
@@ -18,6 +20,7 @@ RUN=${QPSOCK_RUN:?}
 LIBRARY=${QPSOCK_LIBRARY:?}
 JAR=${QPSOCK_JAVA_JAR:-$PROGRAMS/java/qpsock_test_programs.jar}
 ASYNCIO=$(dirname "$(readlink -f "$0")")/../programs/asyncio_echo.py
+STRICT=$(dirname "$(readlink -f "$0")")/../programs/strict_selectors_echo.py
 CONNECTIONS=16
 BYTES=4194304
 
@@ -151,6 +154,38 @@ if asyncio_run plain && asyncio_run qpsock && cmp -s "$WORK/asyncio.plain" "$WOR
 else
   fail "python asyncio: failed or differs from its plain run"
 fi
+
+# A server that takes readiness at its word (python selectors; a recv that
+# finds nothing after EPOLLIN ends it): every connection switches while
+# the server sleeps in epoll_wait, and the binding token that arrives in TCP
+# then must not show as readable. Twice 48 connections of 20 messages with
+# pauses, every connection upgraded at its first I/O, every echo checked.
+strict_run() { # strict_run ROUND
+  local port_file=$WORK/strict.$1.port
+  "$RUN" --library "$LIBRARY" --log-level info --set shm_upgrade_delay=0 \
+    --log-file "$WORK/strict.$1.server.log" -- \
+    timeout -k 5 60 python3 "$STRICT" server "$port_file" 48 2>"$WORK/strict.$1.server.out" &
+  local server_pid=$!
+  PIDS+=("$server_pid")
+  for _ in $(seq 200); do [[ -s $port_file ]] && break; sleep 0.1; done
+  local echoed server_status=0
+  echoed=$("$RUN" --library "$LIBRARY" --log-level info --set shm_upgrade_delay=0 \
+             --log-file "$WORK/strict.$1.client.log" -- \
+             timeout -k 5 60 python3 "$STRICT" client "$(cat "$port_file")" 48 20 5 2>"$WORK/strict.$1.client.out")
+  wait "$server_pid" || server_status=$?
+  local upgrades
+  upgrades=$(grep -c "upgraded to shared memory" "$WORK/strict.$1.server.log" || true)
+  if [[ $server_status != 0 || $echoed != 61440 || $upgrades != 48 ]]; then
+    fail "strict selectors server, round $1: server $server_status, $echoed of 61440 bytes echoed," \
+         "$upgrades of 48 upgraded"
+    tail -3 "$WORK/strict.$1.server.out" >&2
+    return
+  fi
+  pass "strict selectors server, round $1: 48 connections x 20 messages echoed, all upgraded," \
+       "no readiness without a byte"
+}
+strict_run 1
+strict_run 2
 
 # Idle: one upgraded connection waiting in epoll_wait costs no CPU. Upgraded
 # at the first I/O (no delay): with the delay, a process's only connection

@@ -96,10 +96,14 @@ TEST_F(EpollSetTest, EdgeTriggeredReportsOnlyNewActivity) {
   ASSERT_EQ(send_text(*pair.client, pair.client_fd.get(), "switch"), 6);
   add_server(EPOLLIN | EPOLLET);
   ASSERT_EQ(wait(2000).size(), 1u);
-  // The binding token's arrival in TCP is one more segment, and may be one
-  // more edge, as any segment is on TCP; after it nothing changes.
+  // The switch may be one more edge: the look that takes the binding token
+  // (so that it never reads as a byte, nor its segment as an edge) returns
+  // the switch header's credit, whose completion a later look sees. After
+  // it nothing changes.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_LE(wait(0).size(), 1u);
+  size_t switch_edges = 0;
+  for (int look = 0; look < 3; ++look) switch_edges += wait(0).size();
+  EXPECT_LE(switch_edges, 1u);
   EXPECT_TRUE(wait(0).empty()) << "edge-triggered: nothing new";
   EXPECT_TRUE(wait(0).empty()) << "edge-triggered: nothing new";
   ASSERT_EQ(send_text(*pair.client, pair.client_fd.get(), "more"), 4);
