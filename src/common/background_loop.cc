@@ -5,11 +5,13 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "common/errno_guard.h"
 #include "common/fork_aware_instance.h"
 #include "common/helper_thread.h"
+#include "common/log.h"
 #include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
@@ -33,6 +35,14 @@ class BackgroundLoop : public HelperLock {
   int64_t prepare(BackgroundCallback callback);
   void run();
   void forget_after_fork();
+  // The set failed under the thread: no watch is taken again (its number
+  // may be another file's by now, and is never touched).
+  void stop_after_failure(int error) {
+    std::lock_guard lock(mutex_);
+    running_.store(false, std::memory_order_release);
+    epoll_fd_.store(-1, std::memory_order_release);
+    start_error_ = error;
+  }
 
  private:
   int start_locked();
@@ -100,7 +110,7 @@ int BackgroundLoop::start_locked() {
     running_.store(true, std::memory_order_release);
     return 0;
   }
-  if (epoll_fd >= 0) next::close(epoll_fd);
+  if (epoll_fd >= 0) close_descriptor(epoll_fd);
   epoll_fd_.store(-1, std::memory_order_relaxed);
   start_error_ = error;
   return error;
@@ -112,6 +122,14 @@ void BackgroundLoop::run() {
   std::array<epoll_event, 32> events;
   for (;;) {
     const int count = next::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), -1);
+    if (count < 0 && errno != EINTR) {
+      // The set was closed behind our back (a raw close system call): the
+      // watches are gone with it. Stop rather than spin; later watches fail.
+      QPSOCK_LOG(error, "the background loop's epoll set failed (%s); it stops",
+                 strerrordesc_np(errno));
+      stop_after_failure(-errno);
+      return;
+    }
     for (int index = 0; index < count; ++index) {
       const uint64_t data = events[index].data.u64;
       const uint64_t number = data >> kTagBits;
@@ -127,7 +145,7 @@ void BackgroundLoop::forget_after_fork() {
   // The set is shared with the parent, whose thread goes on using it.
   running_.store(false, std::memory_order_relaxed);
   const int epoll_fd = epoll_fd_.exchange(-1, std::memory_order_relaxed);
-  if (epoll_fd >= 0) next::close(epoll_fd);
+  if (epoll_fd >= 0) close_descriptor(epoll_fd);
 }
 
 }  // namespace

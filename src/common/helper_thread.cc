@@ -50,7 +50,7 @@ int HelperWakeup::open() {
 }
 
 void HelperWakeup::close() {
-  if (fd_ >= 0) next::close(fd_);
+  if (fd_ >= 0) close_descriptor(fd_);
   fd_ = -1;
 }
 

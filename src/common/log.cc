@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/errno_guard.h"
+#include "common/own_descriptor.h"
 #include "common/startup_settings.h"
 #include "libc/next_symbols.h"
 
@@ -50,7 +51,7 @@ void write_line(const char* line, size_t length) {
     int fd = next::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) {
       next::write(fd, line, length);
-      next::close(fd);
+      close_descriptor(fd);
       return;
     }
   }

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "common/fd_indexed_array.h"
 #include "common/log.h"
 #include "libc/next_symbols.h"
 
@@ -89,7 +91,58 @@ int lift(int fd, const rlimit& limit) {
   return moved;
 }
 
+// Each kept descriptor's file, by number (0: none), and the highest number kept.
+FdIndexedArray<std::atomic<uint64_t>> own_files;
+std::atomic<int> highest_own{-1};
+
+// A file's identity: its device and inode (0 if fstat fails).
+uint64_t file_identity(int fd) {
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) return 0;
+  const uint64_t identity = (static_cast<uint64_t>(status.st_dev) << 40) ^ status.st_ino;
+  return identity != 0 ? identity : 1;
+}
+
+void remember_own(int fd) {
+  std::atomic<uint64_t>* slot = own_files.at(fd);
+  if (slot == nullptr) return;
+  slot->store(file_identity(fd), std::memory_order_release);
+  int highest = highest_own.load(std::memory_order_relaxed);
+  while (fd > highest && !highest_own.compare_exchange_weak(highest, fd, std::memory_order_relaxed)) {
+  }
+}
+
+// place_own_descriptor without the remembering.
+int place_descriptor(int& fd);
+
 }  // namespace
+
+void forget_own_descriptor(int fd) {
+  if (std::atomic<uint64_t>* slot = own_files.at(fd); slot != nullptr && slot->load(std::memory_order_relaxed) != 0)
+    slot->store(0, std::memory_order_release);
+}
+
+int close_descriptor(int fd) {
+  forget_own_descriptor(fd);
+  return next::close(fd);
+}
+
+int next_own_descriptor(int from, int last) {
+  const int highest = highest_own.load(std::memory_order_relaxed);
+  const int end = last < highest ? last : highest;
+  const int saved_errno = errno;
+  for (int fd = from < 0 ? 0 : from; fd <= end; ++fd) {
+    const std::atomic<uint64_t>* slot = own_files.at(fd);
+    if (slot == nullptr) break;
+    const uint64_t identity = slot->load(std::memory_order_acquire);
+    if (identity != 0 && file_identity(fd) == identity) {
+      errno = saved_errno;
+      return fd;
+    }
+  }
+  errno = saved_errno;
+  return -1;
+}
 
 bool own_descriptors_recently_refused() {
   const int64_t last = last_refusal_ns.load(std::memory_order_relaxed);
@@ -101,6 +154,16 @@ void note_descriptor_limit() { last_refusal_ns.store(monotonic_ns(), std::memory
 bool take_descriptor_limit_warning() { return !refusal_reported.exchange(true, std::memory_order_relaxed); }
 
 int place_own_descriptor(int& fd) {
+  const int saved_errno = errno;
+  const int placed = place_descriptor(fd);
+  if (placed == 0) remember_own(fd);
+  errno = saved_errno;
+  return placed;
+}
+
+namespace {
+
+int place_descriptor(int& fd) {
   const int saved_errno = errno;
   LiftLock lock;
   rlimit limit{};
@@ -125,6 +188,8 @@ int place_own_descriptor(int& fd) {
     return refuse(limit, "the process holds half of its limit");
   return 0;
 }
+
+}  // namespace
 
 int keep_own_descriptor(int fd) {
   if (fd < 0) return fd;

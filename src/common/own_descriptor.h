@@ -58,4 +58,21 @@ bool take_descriptor_limit_warning();
 // the library to close.
 int place_own_descriptor(int& fd);
 
+// The lowest number in [from, last] that holds a descriptor qpsock kept, or
+// -1. The application's close_range and closefrom close around them:
+// without qpsock those numbers would not be open, and closing them would
+// take qpsock's loop, links and wakeups away from under the connections
+// that use them. A kept number is forgotten when it is closed through
+// close_descriptor (every close of qpsock's, and the application's close,
+// dup2 and dup3 over it), and also when its file is no longer the one kept
+// (a close behind qpsock's back, where the files differ in inode: anonymous
+// ones such as eventfds all share one).
+int next_own_descriptor(int from, int last);
+
+// Closes `fd` (ours or the application's), forgetting it first if qpsock
+// kept it: 0 or -1 with errno, as close(2).
+int close_descriptor(int fd);
+// `fd` no longer holds what qpsock kept there (another file was dup2'ed over it).
+void forget_own_descriptor(int fd);
+
 }  // namespace qpsock

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "common/errno_guard.h"
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock {
@@ -22,7 +23,7 @@ ssize_t read_small_file(const char* path, char* buffer, size_t size) {
     if (got <= 0) break;
     length += static_cast<size_t>(got);
   }
-  next::close(fd);
+  close_descriptor(fd);
   buffer[length] = '\0';
   return static_cast<ssize_t>(length);
 }

@@ -1,9 +1,10 @@
 // An owned file descriptor: closed (through the next close, never qpsock's
-// own wrapper) when the owner goes.
+// own wrapper: close_descriptor) when the owner goes.
 #pragma once
 
 #include <utility>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock {
@@ -29,7 +30,7 @@ class UniqueFd {
   // Gives the fd up without closing it.
   int release() { return std::exchange(fd_, -1); }
   void reset(int fd = -1) {
-    if (fd_ >= 0) next::close(fd_);
+    if (fd_ >= 0) close_descriptor(fd_);
     fd_ = fd;
   }
 

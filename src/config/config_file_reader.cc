@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/own_descriptor.h"
 #include "config/config_text.h"
 #include "config/value_syntax.h"
 #include "libc/next_symbols.h"
@@ -18,7 +19,7 @@ class FileDescriptor {
  public:
   explicit FileDescriptor(int fd) : fd_(fd) {}
   ~FileDescriptor() {
-    if (fd_ >= 0) next::close(fd_);
+    if (fd_ >= 0) close_descriptor(fd_);
   }
   FileDescriptor(const FileDescriptor&) = delete;
   FileDescriptor& operator=(const FileDescriptor&) = delete;

@@ -9,10 +9,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstring>
 
 #include "common/errno_guard.h"
 #include "common/kept_fd.h"
+#include "common/own_descriptor.h"
 #include "sockets/connection_accounting.h"
 #include "sockets/connection_policy.h"
 #include "sockets/fd_table.h"
@@ -80,6 +82,7 @@ void number_about_to_be_replaced(int old_fd, int new_fd, int flags = 0) {
       new_file.st_ino == old_file.st_ino)
     return;
   number_closing(new_fd);
+  forget_own_descriptor(new_fd);
 }
 
 }  // namespace
@@ -159,13 +162,13 @@ int connect(int fd, const sockaddr* address, socklen_t length) {
 int close(int fd) {
   // libibverbs and librdmacm closing their own channels (never a socket of
   // the program's), maybe from a connection's teardown.
-  if (libc::inside_own_library_call) [[unlikely]] return next::close(fd);
+  if (libc::inside_own_library_call) [[unlikely]] return close_descriptor(fd);
   // Forget first: until the kernel closes the fd no other socket can take its
   // number, so the record can never be cleared from under a new socket.
   record_fd_close(fd);
   table().forget(fd);
   number_closing(fd);
-  return next::close(fd);
+  return close_descriptor(fd);
 }
 
 namespace {
@@ -185,19 +188,45 @@ void range_closing(unsigned first, unsigned last) {
   }
 }
 
+// The kernel's close_range over [first, last] but for qpsock's own
+// descriptors (common/own_descriptor.h), in as many calls as they split it.
+int close_range_around_own(unsigned first, unsigned last) {
+  constexpr unsigned kHighest = static_cast<unsigned>(std::numeric_limits<int>::max());
+  unsigned from = first;
+  while (from <= last) {
+    const int own = from > kHighest ? -1
+                                    : next_own_descriptor(static_cast<int>(from),
+                                                          static_cast<int>(std::min(last, kHighest)));
+    const unsigned to = own < 0 ? last : static_cast<unsigned>(own);
+    if (own < 0 || to > from) {
+      if (const int result = next::close_range(from, own < 0 ? to : to - 1, 0); result != 0) return result;
+    }
+    if (own < 0 || to == last) return 0;
+    from = to + 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int close_range(unsigned first, unsigned last, int flags) {
   // Only a valid call closes anything: CLOSE_RANGE_CLOEXEC closes nothing
   // now, and CLOSE_RANGE_UNSHARE closes only in the caller's own copy of
   // the fd table (other threads keep theirs, and their connections).
-  if (first <= last && flags == 0) range_closing(first, last);
+  if (first <= last && flags == 0) {
+    range_closing(first, last);
+    return close_range_around_own(first, last);
+  }
   return next::close_range(first, last, flags);
 }
 
 void closefrom(int lowest) {
-  if (lowest >= 0) range_closing(static_cast<unsigned>(lowest), ~0u);
-  next::closefrom(lowest);
+  if (lowest < 0) return next::closefrom(lowest);
+  range_closing(static_cast<unsigned>(lowest), ~0u);
+  // Without close_range (before Linux 5.9) glibc's own closefrom, which
+  // closes every number above: qpsock's then go too, as before.
+  const ErrnoGuard errno_guard;
+  if (close_range_around_own(static_cast<unsigned>(lowest), ~0u) != 0) next::closefrom(lowest);
 }
 
 int shutdown(int fd, int how) {

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <new>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 #include "stats/slot_text.h"
 #include "stats/stats_file_format.h"
@@ -54,7 +55,7 @@ bool create_stats_file(const char* directory, const ProcessIdentity& identity,
   if (ftruncate(fd, static_cast<off_t>(size)) == 0) {
     mapping = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
-  next::close(fd);
+  close_descriptor(fd);
   if (mapping == MAP_FAILED) {
     unlink(temporary);
     return false;

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::stream {
@@ -33,7 +34,7 @@ size_t total_length(std::span<const LocalSlice> slices) {
 
 LoopbackLink::~LoopbackLink() {
   for (End& end : ends_)
-    if (end.event_fd >= 0) next::close(end.event_fd);
+    if (end.event_fd >= 0) close_descriptor(end.event_fd);
 }
 
 int LoopbackLink::open_event_fds() {

@@ -136,7 +136,7 @@ bool ThreadWaker::renew_after_fork() {
   signalled_.store(false, std::memory_order_relaxed);
   const int fresh = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   const bool renewed = fresh >= 0 && next::dup3(fresh, fd_, O_CLOEXEC) == fd_;
-  if (fresh >= 0) next::close(fresh);
+  if (fresh >= 0) close_descriptor(fresh);
   return renewed;
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::upgrade {
@@ -45,7 +46,7 @@ bool maps_show_io_uring() {
     kept = std::min(filled, kRingMapping.size() - 1);
     memmove(buffer, buffer + filled - kept, kept);
   }
-  next::close(fd);
+  close_descriptor(fd);
   return found;
 }
 

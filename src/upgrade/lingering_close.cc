@@ -1,6 +1,5 @@
 // Lingering closes: a closed socket's held bytes go on to the peer, then its
 // end of stream and FIN, from the timer thread (tcp_close's orphan socket).
-#include "common/own_descriptor.h"
 #include "upgrade/lingering_close.h"
 
 #include <fcntl.h>
@@ -16,6 +15,7 @@
 
 #include "common/kept_fd.h"
 #include "common/log.h"
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 #include "stream/control_doorbell.h"
 #include "upgrade/connection.h"
@@ -56,7 +56,7 @@ void close_copy(int copy, bool reset) {
   if (reset) reset_when_closed(copy);
   // The stream keeps the number (its control channel): fence it first.
   fence_fd_close(copy);
-  next::close(copy);
+  close_descriptor(copy);
 }
 
 // With lingering_mutex held: `connection`'s entry, or null.
@@ -269,7 +269,7 @@ void lingering_after_fork_in_child() {
   for (Lingering& entry : lingering()) {
     entry.connection->abandon_inherited_stream();
     fence_fd_close(entry.copy);
-    next::close(entry.copy);
+    close_descriptor(entry.copy);
   }
   lingering().clear();
   lingering_count.store(0, std::memory_order_release);

@@ -50,7 +50,7 @@ int listen_for_upgrade(uint64_t client_socket_inode) {
   if (next::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
       next::listen(fd, 4) != 0) {
     const int error = -errno;
-    next::close(fd);
+    close_descriptor(fd);
     return error;
   }
   return fd;
@@ -63,7 +63,7 @@ int connect_for_upgrade(uint64_t client_socket_inode) {
   const socklen_t length = abstract_address(client_socket_inode, address);
   if (next::connect(fd, reinterpret_cast<sockaddr*>(&address), length) != 0) {
     const int error = -errno;
-    next::close(fd);
+    close_descriptor(fd);
     return error;
   }
   return fd;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 #include "upgrade/connection_registry.h"
 
@@ -35,7 +36,7 @@ class NetlinkSocket {
  public:
   NetlinkSocket() : fd_(next::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) {}
   ~NetlinkSocket() {
-    if (fd_ >= 0) next::close(fd_);
+    if (fd_ >= 0) close_descriptor(fd_);
   }
   NetlinkSocket(const NetlinkSocket&) = delete;
   NetlinkSocket& operator=(const NetlinkSocket&) = delete;

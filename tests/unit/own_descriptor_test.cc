@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "sockets/socket_lifecycle.h"
+
 namespace qpsock {
 namespace {
 
@@ -156,6 +158,35 @@ TEST(OwnDescriptor, PlacesALibrarysDescriptorInPlaceOrLeavesItOpen) {
         const int unchanged = refused;
         REQUIRE(place_own_descriptor(refused) == -EMFILE);
         REQUIRE(refused == unchanged && open_descriptor(refused));
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// close_range and closefrom of the application's close around qpsock's
+// own descriptors (there is no room above here, so they lie among the
+// application's), but not around a number qpsock closed and the
+// application reused.
+TEST(OwnDescriptor, TheApplicationsCloseRangeAndClosefromLeaveOursOpen) {
+  EXPECT_EXIT(
+      {
+        set_limits(4096, 4096);
+        const int before = new_eventfd();
+        const int ours = keep_own_descriptor(new_eventfd());
+        const int after = new_eventfd();
+        REQUIRE(before >= 0 && ours > before && after > ours);
+        REQUIRE(next_own_descriptor(0, after) == ours);
+        REQUIRE(next_own_descriptor(ours + 1, after) == -1);
+        REQUIRE(sockets::close_range(static_cast<unsigned>(before), static_cast<unsigned>(after), 0) == 0);
+        REQUIRE(!open_descriptor(before) && open_descriptor(ours) && !open_descriptor(after));
+        // Ours closed, its number reused by the application: the application's.
+        const int other_ours = keep_own_descriptor(new_eventfd());
+        REQUIRE(close_descriptor(other_ours) == 0);
+        const int reused = new_eventfd();
+        REQUIRE(reused == other_ours || reused >= 0);
+        const int last = new_eventfd();
+        sockets::closefrom(before);
+        REQUIRE(open_descriptor(ours) && !open_descriptor(reused) && !open_descriptor(last));
         _exit(0);
       },
       ::testing::ExitedWithCode(0), "");

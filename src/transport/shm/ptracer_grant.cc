@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
 
 namespace qpsock::transport::shm {
@@ -33,7 +34,7 @@ int yama_ptrace_scope() {
   if (fd < 0) return 0;
   char text[8] = {};
   const ssize_t got = next::read(fd, text, sizeof(text) - 1);
-  next::close(fd);
+  close_descriptor(fd);
   return got > 0 && text[0] >= '0' && text[0] <= '9' ? text[0] - '0' : 0;
 }
 

@@ -49,7 +49,7 @@ size_t take_fds(msghdr& message, std::span<UniqueFd> fds, bool& overflow, bool& 
         else
           limited = true;
       } else {
-        next::close(fd);
+        close_descriptor(fd);
         overflow = true;
       }
     }
