@@ -425,6 +425,7 @@ class Stream final : private WakeupListener {
   // --- stream_receive.cc ---
   int receive_error_locked();
   bool at_end_of_stream_locked() const;
+  bool answer_owed_locked() const;
   // Who takes bytes out of the ring: the application (they are read), or
   // the receive backlog (they stay readable; only their ring room is freed).
   enum class RingTaker : uint8_t { application, backlog };

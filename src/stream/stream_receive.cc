@@ -79,7 +79,18 @@ ssize_t Stream::receive(std::span<const iovec> buffers, int flags, Blocking bloc
     // asked for with MSG_WAITALL, else SO_RCVLOWAT's bytes), one that may not
     // wait with whatever it found.
     const size_t target = wait_all ? wanted : std::min<uint64_t>(receive_low_water_, wanted);
-    if (static_cast<size_t>(have) >= target || (have > 0 && !blocking())) return have;
+    if (static_cast<size_t>(have) >= target || (have > 0 && !blocking())) {
+      // A rendezvous we finished is answered before a blocking call returns:
+      // its writer waits for the answer, and with every counted slot of ours
+      // in flight it would wait for our next call (which may never come).
+      // The writer's engine, awake for that answer, returns a slot at once.
+      if (blocking() && answer_owed_locked()) {
+        receive_lock.unlock();
+        wait_until(state, [&] { return !answer_owed_locked(); },
+                   {.interruptible = true, .deadline = blocking.deadline()});
+      }
+      return have;
+    }
     // Nothing more is here now. A peer that left the link may yet send its
     // FIN (an orderly end) or RST: until then nothing is said.
     const bool verdict_pending = broken_ && settle_provisional_reset_locked();
@@ -139,6 +150,12 @@ int Stream::wait_for_peer_verdict(StateLock& receive_lock, StateLock& state) {
 int Stream::receive_error_locked() {
   // Reported once, as TCP reports a reset; then the stream reads as ended.
   return pending_error_ != 0 ? -std::exchange(pending_error_, 0) : 0;
+}
+
+bool Stream::answer_owed_locked() const {
+  return std::any_of(pending_replies_.begin(), pending_replies_.end(), [](const Notification& reply) {
+    return reply.kind == NotificationKind::rendezvous_done;
+  });
 }
 
 bool Stream::at_end_of_stream_locked() const {
