@@ -33,6 +33,11 @@ echo "$name under qpsock: $upgrades upgrades; IP OutOctets grew by $grown bytes"
 
 if [[ $status != 0 ]]; then
   fail "$name failed under qpsock (status $status)"
+  # What qpsock said last, and every warning: a failure in CI has nothing else.
+  printf '\n----- qpsock.log: warnings and errors -----\n' >&2
+  grep -E ": (warn|error): " "$log" 2>/dev/null | tail -40 >&2 || true
+  printf '\n----- qpsock.log (last 80 lines) -----\n' >&2
+  grep -v statistics "$log" 2>/dev/null | tail -80 >&2 || true
 fi
 if ((upgrades < min_upgrades)); then
   fail "$name: $upgrades upgrades in the logs, fewer than $min_upgrades"
