@@ -234,6 +234,10 @@ void lingering_before_exit(std::chrono::steady_clock::time_point deadline,
     if (entry.draining) return;  // ended in order: the FIN is queued
     stream::Stream* stream = entry.connection->stream();
     if (stream == nullptr || stream->deliver_before_exit(deadline, call)) return;
+    // Not under _exit, perhaps in a signal handler (as connections_before_exit).
+    if (call == stream::Stream::ExitCall::exit)
+      QPSOCK_LOG(warn, "the process ends with written bytes of a closed connection that its peer "
+                 "did not take: resetting it, so the peer sees a reset, not an end after a part");
     reset_when_closed(entry.copy);
   };
   if (call == stream::Stream::ExitCall::exit) {
