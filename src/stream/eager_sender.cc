@@ -58,15 +58,8 @@ int EagerSender::prepare() {
 uint64_t EagerSender::make_room(uint64_t smallest, const WriteBudget& budget,
                                 WritePlan& plan) const {
   const uint64_t offset = plan.end_offset();
+  const RecordPlacement placement = place_record(geometry_, offset, smallest);
   const uint64_t room = budget.ring_room > plan.ring_bytes() ? budget.ring_room - plan.ring_bytes() : 0;
-  // An empty ring's first record of a plan starts over once the lap is far
-  // enough (and the credit covers the rest of the lap: a send window
-  // narrower than the ring may not).
-  const bool restart = budget.ring_empty && plan.ring_bytes() == 0 &&
-                       geometry_.position(offset) >= kRingRestartPosition &&
-                       room >= geometry_.tail(offset) + smallest;
-  const RecordPlacement placement =
-      place_record(geometry_, offset, restart ? geometry_.tail(offset) + 1 : smallest);
   const uint64_t before_record = placement.skipped_bytes + placement.padding_bytes;
   if (before_record + smallest > room) {
     plan.set_out_of_room();
@@ -154,10 +147,10 @@ int EagerSender::post(const WritePlan& plan, std::optional<uint32_t> immediate) 
   return 0;
 }
 
-uint64_t EagerSender::single_inline_record(uint64_t offset, uint64_t payload, bool ring_empty) const {
+uint64_t EagerSender::single_inline_record(uint64_t offset, uint64_t payload) const {
   const uint64_t ring_bytes = record_size(payload);
   if (payload == 0 || payload > largest_payload_ || !goes_inline(kRecordHeaderSize + payload) ||
-      geometry_.tail(offset) < ring_bytes || (ring_empty && geometry_.position(offset) >= kRingRestartPosition))
+      geometry_.tail(offset) < ring_bytes)
     return 0;
   return ring_bytes;
 }

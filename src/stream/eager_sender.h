@@ -3,12 +3,6 @@
 // pieces of payload); bigger ones are first copied into a local staging
 // buffer that mirrors the peer ring (a record at ring position p is staged at
 // p, so ring credit frees staging space too) and posted from there.
-//
-// A write into a ring the peer has read to the end starts over at the
-// ring's beginning (the rest of the lap is padded) once the lap has passed
-// kRingRestartPosition: a connection that moves requests and answers then
-// uses the same few pages of the ring again and again, rather than all of
-// them in turn (every page of a lap faulted in, and kept, at each end).
 #pragma once
 
 #include <cstdint>
@@ -21,9 +15,6 @@
 #include "stream/write_plan.h"
 
 namespace qpsock::stream {
-
-// Where in a lap an empty ring starts over (see above).
-inline constexpr uint64_t kRingRestartPosition = uint64_t{16} << 10;
 
 // The cookie of every post, telling its completion what it was.
 enum class PostKind : uint8_t { ring_write = 1, notification = 2, read = 3, rendezvous_write = 4 };
@@ -62,9 +53,8 @@ class EagerSender {
 
   // The common small write, without a plan: `payload` bytes as one inline
   // data record right at ring offset `offset` (no tail to skip or pad
-  // first, no restart of an empty ring: `ring_empty`). The record's ring
-  // bytes, or 0 when the write is not that case.
-  uint64_t single_inline_record(uint64_t offset, uint64_t payload, bool ring_empty) const;
+  // first). The record's ring bytes, or 0 when the write is not that case.
+  uint64_t single_inline_record(uint64_t offset, uint64_t payload) const;
   // Posts that record straight from the application's bytes.
   int post_single_inline_record(uint64_t offset, ByteRange payload, uint32_t immediate);
 

@@ -2,7 +2,6 @@
 
 #include <sys/eventfd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -154,10 +153,6 @@ int LoopbackLink::post_write(int side, std::span<const LocalSlice> source,
   end.statistics.writes += 1;
   end.statistics.inline_writes += copied_inline ? 1 : 0;
   end.statistics.bytes_written += length;
-  if (target != nullptr)
-    end.statistics.furthest_write_end = std::max<uint64_t>(
-        end.statistics.furthest_write_end,
-        destination.address - reinterpret_cast<uint64_t>(target->address) + length);
   if (immediate) {
     end.statistics.immediates_sent += 1;
     ++peer.unpolled_arrivals;

@@ -47,9 +47,6 @@ struct LoopbackStatistics {
   uint64_t immediates_sent = 0;
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;
-  // The furthest any write reached into the region it wrote to (how much
-  // of the peer's ring was ever touched).
-  uint64_t furthest_write_end = 0;
 };
 
 class LoopbackLink;

@@ -160,7 +160,7 @@ std::optional<ssize_t> Stream::send_single_inline_record(const iovec& data) {
       send_backlog_bytes_ != 0)
     return std::nullopt;
   const uint64_t offset = send_credit_->written();
-  const uint64_t ring_bytes = eager_->single_inline_record(offset, data.iov_len, send_credit_->all_consumed());
+  const uint64_t ring_bytes = eager_->single_inline_record(offset, data.iov_len);
   if (ring_bytes == 0 || !can_write_locked(ring_bytes)) return std::nullopt;
   reserve_eager_writes_locked(ring_bytes, 1, data.iov_len);
   const uint32_t immediate = announce_data_locked(ring_bytes);
@@ -256,8 +256,7 @@ ssize_t Stream::send_eager_step(StateLock& state, IovecCursor& source, uint64_t 
                                 bool more) {
   WritePlan plan(send_credit_->written());
   const WriteBudget budget{send_credit_->room(),
-                           transport_->send_queue_depth() - posts_outstanding_,
-                           send_credit_->all_consumed()};
+                           transport_->send_queue_depth() - posts_outstanding_};
   eager_->plan_data(source, most_bytes, budget, plan);
   if (plan.empty()) return 0;
   if (plan.out_of_room()) plan.back().header.flags |= kRecordCreditWanted;

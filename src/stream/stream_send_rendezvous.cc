@@ -78,8 +78,7 @@ int64_t Stream::post_rendezvous_descriptor(StateLock& state, ByteRange piece,
     if (can_write_locked(kRendezvousRecordSize)) {
       WritePlan plan(send_credit_->written());
       const WriteBudget budget{send_credit_->room(),
-                               transport_->send_queue_depth() - posts_outstanding_,
-                               send_credit_->all_consumed()};
+                               transport_->send_queue_depth() - posts_outstanding_};
       const RendezvousDescriptor descriptor = rendezvous_out_.start(piece.data, piece.length, lease);
       if (eager_->plan_rendezvous(descriptor, budget, plan)) {
         send_credit_->on_written(plan.ring_bytes());

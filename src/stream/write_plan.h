@@ -34,7 +34,6 @@ struct PlannedWrite {
 struct WriteBudget {
   uint64_t ring_room;  // SendCredit::room()
   uint32_t posts;      // free send-queue slots
-  bool ring_empty;     // SendCredit::all_consumed(): the peer read everything
 };
 
 class WritePlan {

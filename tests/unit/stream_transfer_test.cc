@@ -3,14 +3,11 @@
 // random sizes. Every byte is checked against a deterministic pattern.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include <atomic>
 #include <random>
 #include <thread>
 #include <vector>
 
-#include "stream/eager_sender.h"
 #include "support/stream_test_support.h"
 
 namespace qpsock::stream {
@@ -98,31 +95,6 @@ TEST_F(StreamTransferTest, TheRingWrapsManyTimesWithOddSizedRecords) {
     }
   }
   EXPECT_EQ(sent, total);
-}
-
-// Requests and answers, each read before the next is written: the writer
-// starts the empty ring over once past kRingRestartPosition, so the lap's
-// first pages serve every message rather than all of the ring in turn.
-TEST_F(StreamTransferTest, AnEmptyRingStartsOverAtItsBeginning) {
-  make();
-  std::vector<uint8_t> out(1000), in(1000);
-  for (uint64_t round = 0; round < 500; ++round) {
-    fill_pattern(4, round * out.size(), out);
-    ASSERT_EQ(send_bytes(writer(), out, 0, false), 1000);
-    ASSERT_EQ(receive_bytes(reader(), in, MSG_WAITALL), 1000);
-    ASSERT_EQ(first_mismatch(4, round * in.size(), in), -1) << "round " << round;
-    reader().return_credit_now();  // as a reader that sleeps between requests does
-  }
-  // 500 KB went through a 64 KiB ring: without the restart it would have
-  // used all of it, many times over.
-  static_assert(kRingRestartPosition + 2048 <= (uint64_t{64} << 10) / 2);
-  EXPECT_LE(pair_.first_transport->statistics().furthest_write_end, kRingRestartPosition + 2048);
-  // Unread data keeps its place: bytes a reader has not taken are never padded over.
-  ASSERT_EQ(send_bytes(writer(), out, 0, false), 1000);
-  ASSERT_EQ(send_bytes(writer(), out, 0, false), 1000);
-  std::vector<uint8_t> both(2000);
-  ASSERT_EQ(receive_bytes(reader(), both, MSG_WAITALL), 2000);
-  EXPECT_TRUE(std::equal(both.begin(), both.begin() + 1000, out.begin()));
 }
 
 TEST_F(StreamTransferTest, SixteenMebibytesEagerInOneBlockingWrite) {
