@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "common/errno_guard.h"
 #include "common/fd_indexed_array.h"
 #include "common/log.h"
 #include "libc/next_symbols.h"
@@ -113,56 +114,6 @@ void remember_own(int fd) {
 }
 
 // place_own_descriptor without the remembering.
-int place_descriptor(int& fd);
-
-}  // namespace
-
-void forget_own_descriptor(int fd) {
-  if (std::atomic<uint64_t>* slot = own_files.at(fd); slot != nullptr && slot->load(std::memory_order_relaxed) != 0)
-    slot->store(0, std::memory_order_release);
-}
-
-int close_descriptor(int fd) {
-  forget_own_descriptor(fd);
-  return next::close(fd);
-}
-
-int next_own_descriptor(int from, int last) {
-  const int highest = highest_own.load(std::memory_order_relaxed);
-  const int end = last < highest ? last : highest;
-  const int saved_errno = errno;
-  for (int fd = from < 0 ? 0 : from; fd <= end; ++fd) {
-    const std::atomic<uint64_t>* slot = own_files.at(fd);
-    if (slot == nullptr) break;
-    const uint64_t identity = slot->load(std::memory_order_acquire);
-    if (identity != 0 && file_identity(fd) == identity) {
-      errno = saved_errno;
-      return fd;
-    }
-  }
-  errno = saved_errno;
-  return -1;
-}
-
-bool own_descriptors_recently_refused() {
-  const int64_t last = last_refusal_ns.load(std::memory_order_relaxed);
-  return last != 0 && monotonic_ns() - last < kRefusalHoldsFor;
-}
-
-void note_descriptor_limit() { last_refusal_ns.store(monotonic_ns(), std::memory_order_relaxed); }
-
-bool take_descriptor_limit_warning() { return !refusal_reported.exchange(true, std::memory_order_relaxed); }
-
-int place_own_descriptor(int& fd) {
-  const int saved_errno = errno;
-  const int placed = place_descriptor(fd);
-  if (placed == 0) remember_own(fd);
-  errno = saved_errno;
-  return placed;
-}
-
-namespace {
-
 int place_descriptor(int& fd) {
   const int saved_errno = errno;
   LiftLock lock;
@@ -190,6 +141,45 @@ int place_descriptor(int& fd) {
 }
 
 }  // namespace
+
+void forget_own_descriptor(int fd) {
+  if (std::atomic<uint64_t>* slot = own_files.at(fd); slot != nullptr && slot->load(std::memory_order_relaxed) != 0)
+    slot->store(0, std::memory_order_release);
+}
+
+int close_descriptor(int fd) {
+  forget_own_descriptor(fd);
+  return next::close(fd);
+}
+
+int next_own_descriptor(int from, int last) {
+  const ErrnoGuard errno_guard;
+  const int highest = highest_own.load(std::memory_order_relaxed);
+  const int end = last < highest ? last : highest;
+  for (int fd = from < 0 ? 0 : from; fd <= end; ++fd) {
+    const std::atomic<uint64_t>* slot = own_files.at(fd);
+    if (slot == nullptr) break;
+    const uint64_t identity = slot->load(std::memory_order_acquire);
+    if (identity != 0 && file_identity(fd) == identity) return fd;
+  }
+  return -1;
+}
+
+bool own_descriptors_recently_refused() {
+  const int64_t last = last_refusal_ns.load(std::memory_order_relaxed);
+  return last != 0 && monotonic_ns() - last < kRefusalHoldsFor;
+}
+
+void note_descriptor_limit() { last_refusal_ns.store(monotonic_ns(), std::memory_order_relaxed); }
+
+bool take_descriptor_limit_warning() { return !refusal_reported.exchange(true, std::memory_order_relaxed); }
+
+int place_own_descriptor(int& fd) {
+  const ErrnoGuard errno_guard;
+  const int placed = place_descriptor(fd);
+  if (placed == 0) remember_own(fd);
+  return placed;
+}
 
 int keep_own_descriptor(int fd) {
   if (fd < 0) return fd;

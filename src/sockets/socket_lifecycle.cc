@@ -192,19 +192,17 @@ void range_closing(unsigned first, unsigned last) {
 // descriptors (common/own_descriptor.h), in as many calls as they split it.
 int close_range_around_own(unsigned first, unsigned last) {
   constexpr unsigned kHighest = static_cast<unsigned>(std::numeric_limits<int>::max());
-  unsigned from = first;
-  while (from <= last) {
+  for (unsigned from = first;;) {
     const int own = from > kHighest ? -1
                                     : next_own_descriptor(static_cast<int>(from),
                                                           static_cast<int>(std::min(last, kHighest)));
-    const unsigned to = own < 0 ? last : static_cast<unsigned>(own);
-    if (own < 0 || to > from) {
-      if (const int result = next::close_range(from, own < 0 ? to : to - 1, 0); result != 0) return result;
-    }
-    if (own < 0 || to == last) return 0;
-    from = to + 1;
+    if (own < 0) return next::close_range(from, last, 0);
+    const auto kept = static_cast<unsigned>(own);
+    if (kept > from)
+      if (const int result = next::close_range(from, kept - 1, 0); result != 0) return result;
+    if (kept == last) return 0;
+    from = kept + 1;
   }
-  return 0;
 }
 
 }  // namespace
