@@ -113,9 +113,8 @@ void remember_own(int fd) {
   }
 }
 
-// place_own_descriptor without the remembering.
+// place_own_descriptor without the remembering; errno is the caller's to keep.
 int place_descriptor(int& fd) {
-  const int saved_errno = errno;
   LiftLock lock;
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return refuse(limit, "unreadable");
@@ -125,12 +124,10 @@ int place_descriptor(int& fd) {
     if (moved >= 0) {
       next::close(fd);
       fd = moved;
-      errno = saved_errno;
       return 0;
     }
-    const bool range_full = errno == EMFILE;
-    errno = saved_errno;
-    if (range_full) return refuse(limit, "qpsock's descriptors fill the room above the soft limit");
+    if (errno == EMFILE)
+      return refuse(limit, "qpsock's descriptors fill the room above the soft limit");
     // setrlimit refused (a sandbox): share the application's range.
   }
   if (limit.rlim_cur < kSmallestSharedLimit)
