@@ -22,11 +22,14 @@ void ReadinessSignal::notify() {
 }
 
 void ReadinessSignal::drain() {
-  // Cleared before the read: a notify in between writes again, and the waiter
-  // looks at every stream after draining anyway.
-  signalled_.store(false, std::memory_order_release);
+  // Read, then cleared. A notify in between writes nothing, and the waiter
+  // looks at every stream after draining, under the lock the notifier changed
+  // it under. Cleared first, a notify in between would write a count this
+  // read takes, and leave the flag set with the eventfd empty: every later
+  // notify would then write nothing, and the set would sleep through them.
   uint64_t drained;
   [[maybe_unused]] ssize_t count = next::read(fd_.get(), &drained, sizeof(drained));
+  signalled_.store(false, std::memory_order_release);
 }
 
 }  // namespace qpsock::stream
