@@ -264,7 +264,11 @@ TEST(StreamRendezvousPatience, ARendezvousNobodyTakesIsWithdrawnAndCopied) {
   std::thread sender([&] { result = send_bytes(writer, data); });
   // The reader's engine answers the cancel when it progresses (its doorbell
   // watcher makes it do so in a real process); its application reads nothing.
-  while (reader.readable_bytes() < first.size() + data.size() && result == 1) {
+  // It may never see the offer whole: a reader that sleeps past the patience
+  // meets the cancel first, so this waits for the offer only so long.
+  const auto offer_deadline = std::chrono::steady_clock::now() + 2s;
+  while (reader.readable_bytes() < first.size() + data.size() && result == 1 &&
+         std::chrono::steady_clock::now() < offer_deadline) {
     reader.answer_peer();
     std::this_thread::sleep_for(1ms);
   }
