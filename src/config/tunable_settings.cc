@@ -117,6 +117,11 @@ std::string assign_shm_upgrade_bytes(std::string_view text, Tunables& tunables) 
                      [&](uint64_t bytes) { tunables.shm_upgrade_bytes = bytes; });
 }
 
+std::string assign_link_idle_time(std::string_view text, Tunables& tunables) {
+  return assign_duration(text, microseconds{0}, limits::kLongestLinkIdleTime,
+                         [&](microseconds duration) { tunables.link_idle_time = duration; });
+}
+
 std::string assign_same_host(std::string_view text, Tunables& tunables) {
   constexpr SameHost kChoices[] = {SameHost::shm, SameHost::rdma, SameHost::kernel};
   for (SameHost choice : kChoices) {
@@ -153,6 +158,8 @@ constexpr std::array<TunableDescription, kTunableCount> kTunables = {{
      [](const Tunables& tunables) { return format_duration(tunables.shm_upgrade_delay); }},
     {"shm_upgrade_bytes", "QPSOCK_SHM_UPGRADE_BYTES", assign_shm_upgrade_bytes,
      [](const Tunables& tunables) { return format_size(tunables.shm_upgrade_bytes); }},
+    {"link_idle_time", "QPSOCK_LINK_IDLE_TIME", assign_link_idle_time,
+     [](const Tunables& tunables) { return format_duration(tunables.link_idle_time); }},
     {"same_host", "QPSOCK_SAME_HOST", assign_same_host,
      [](const Tunables& tunables) -> std::string { return same_host_name(tunables.same_host); }},
 }};

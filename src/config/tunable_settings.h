@@ -25,7 +25,7 @@ struct TunableDescription {
   std::string (*current_value)(const Tunables& tunables);
 };
 
-inline constexpr size_t kTunableCount = 12;
+inline constexpr size_t kTunableCount = 13;
 
 std::span<const TunableDescription, kTunableCount> all_tunables();
 const TunableDescription* find_tunable(std::string_view name);

@@ -29,6 +29,7 @@ inline constexpr std::chrono::microseconds kShortestUpgradeTimeout = std::chrono
 inline constexpr std::chrono::microseconds kLongestUpgradeTimeout = std::chrono::seconds{60};
 inline constexpr std::chrono::microseconds kLongestRdmaUpgradeDelay = std::chrono::seconds{10};
 inline constexpr std::chrono::microseconds kLongestShmUpgradeDelay = std::chrono::seconds{10};
+inline constexpr std::chrono::microseconds kLongestLinkIdleTime = std::chrono::seconds{3600};
 inline constexpr uint64_t kSmallestShmUpgradeBytes = uint64_t{4} << 10;
 inline constexpr uint64_t kLargestShmUpgradeBytes = uint64_t{1} << 30;
 }  // namespace limits
@@ -67,6 +68,10 @@ struct Tunables {
   // over TCP (each end counts what it sent and received) repays its upgrade
   // already: it begins now, so that a bulk transfer is not left on TCP.
   uint64_t shm_upgrade_bytes = uint64_t{1} << 20;
+  // How long a link between two processes on one host (its pools and
+  // doorbells) outlives its last connection: connections in sequence then
+  // upgrade over it, without a side channel each.
+  std::chrono::microseconds link_idle_time = std::chrono::seconds{10};
   SameHost same_host = SameHost::shm;
 
   bool operator==(const Tunables&) const = default;

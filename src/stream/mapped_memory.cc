@@ -51,6 +51,12 @@ int MappedMemory::map_shared(int fd, size_t offset, size_t length, bool writable
                length);
 }
 
+void MappedMemory::borrow(std::byte* data, size_t length) {
+  release();
+  data_ = data;
+  size_ = length;
+}
+
 int MappedMemory::adopt(void* mapping, size_t length) {
   if (mapping == MAP_FAILED) return -errno;
   data_ = static_cast<std::byte*>(mapping);
@@ -60,7 +66,7 @@ int MappedMemory::adopt(void* mapping, size_t length) {
 }
 
 void MappedMemory::release() {
-  if (data_ != nullptr) ::munmap(data_, mapped_length_);
+  if (data_ != nullptr && mapped_length_ != 0) ::munmap(data_, mapped_length_);
   data_ = nullptr;
   size_ = 0;
   mapped_length_ = 0;

@@ -1,8 +1,9 @@
 // Page-aligned memory owned by one object (rings, staging and bounce buffers):
 // page alignment keeps registrations tight and nothing else shares the pages,
 // so a registration never pins an unrelated allocation. Anonymous private
-// memory, or a shared mapping of a file (the shm transport's memfd, so the
-// peer process sees the same pages).
+// memory, a shared mapping of a file, or a part of a mapping that another
+// object owns and outlives this one (a channel's ring in the shm link's
+// pool, which the peer process maps too).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,9 @@ class MappedMemory {
   // MAP_SHARED, read-write or read-only; 0 or -errno. The fd may be closed
   // afterwards: the mapping keeps the file alive.
   int map_shared(int fd, size_t offset, size_t length, bool writable = true);
+  // Takes [data, data + length), page-aligned, mapped by another owner:
+  // released without unmapping.
+  void borrow(std::byte* data, size_t length);
 
   std::byte* data() const { return data_; }
   size_t size() const { return size_; }
@@ -37,7 +41,7 @@ class MappedMemory {
 
   std::byte* data_ = nullptr;
   size_t size_ = 0;
-  size_t mapped_length_ = 0;
+  size_t mapped_length_ = 0;  // 0 for borrowed memory
 };
 
 }  // namespace qpsock::stream

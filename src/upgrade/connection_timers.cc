@@ -19,6 +19,7 @@
 #include "libc/next_symbols.h"
 #include "upgrade/connection.h"
 #include "upgrade/lingering_close.h"
+#include "upgrade/link_upgrade.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -74,7 +75,7 @@ bool ConnectionTimers::start_locked() {
   if (error == 0) return true;
   QPSOCK_LOG(warn, "cannot set qpsock's connection timers (%s): MSG_MORE data and requests for "
              "room wait for the next call", strerrordesc_np(-error));
-  if (timer_fd_ >= 0) next::close(timer_fd_);
+  if (timer_fd_ >= 0) close_descriptor(timer_fd_);
   timer_fd_ = -1;
   failed_ = true;
   return false;
@@ -118,6 +119,9 @@ void ConnectionTimers::run_due() {
       case ConnectionTimer::linger:
         continue_lingering(connection);
         break;
+      case ConnectionTimer::link_answer:
+        link_answer_overdue(*connection);
+        break;
     }
   }
 }
@@ -125,7 +129,7 @@ void ConnectionTimers::run_due() {
 void ConnectionTimers::forget_after_fork() {
   due_.clear();
   // The timerfd is the parent's too (its loop watches it).
-  if (timer_fd_ >= 0) next::close(timer_fd_);
+  if (timer_fd_ >= 0) close_descriptor(timer_fd_);
   timer_fd_ = -1;
 }
 

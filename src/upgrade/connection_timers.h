@@ -5,6 +5,8 @@
 //   TCP does not wait for ever: it sends a corked segment within about
 //   200 ms, and a peer may well be waiting for it (a request sent with
 //   MSG_MORE and then nothing).
+// - A server that asked for a channel over a link gives up at the upgrade's
+//   deadline if the client has not answered.
 // - A writer that finds the peer's ring full asks the peer for room once it
 //   has waited the stream's room_patience: the peer's application may not
 //   be reading, and TCP's buffers would have taken more. While bytes are
@@ -26,6 +28,7 @@ enum class ConnectionTimer : uint8_t {
   flush_cork,    // Connection::flush_cork
   ask_for_room,  // Connection::ask_for_room
   linger,        // continue_lingering (upgrade/lingering_close.h)
+  link_answer,   // link_answer_overdue (upgrade/link_upgrade.h)
 };
 
 // Calls the timer's action on the connection `delay` from now, unless the

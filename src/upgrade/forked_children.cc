@@ -65,7 +65,7 @@ namespace {
 // the socket into its child; a fork takes well under these 100 ms).
 uint32_t children_holding(uint64_t inode, pid_t (&holders)[kRemembered]) {
   ForkedChildren& all = children();
-  if (all.recorded.load(std::memory_order_acquire) == 0 && !fork_counts().fork_under_way()) return 0;
+  if (!has_forked_children()) return 0;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   while (fork_counts().fork_under_way() && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -80,6 +80,10 @@ uint32_t children_holding(uint64_t inode, pid_t (&holders)[kRemembered]) {
 }
 
 }  // namespace
+
+bool has_forked_children() {
+  return children().recorded.load(std::memory_order_acquire) != 0 || fork_counts().fork_under_way();
+}
 
 bool forked_child_keeps_socket(uint64_t inode) {
   // Only the children holding the socket now are waited for: a shell forks a

@@ -43,6 +43,10 @@ ForkCounts fork_counts();
 // first, so that its child is looked at too.
 bool forked_child_keeps_socket(uint64_t inode);
 
+// Whether this process remembers a child (or a fork is under way): only
+// then may forked_child_keeps_socket look at /proc or wait. Lock-free.
+bool has_forked_children();
+
 // The upgrade's answer to that, for a client's agent or a server's worker: a
 // child forked since the connection was made keeps the socket, and may read
 // or write it over TCP, where an upgrade would move the peer's bytes out of

@@ -69,6 +69,11 @@ int find_peer_socket_inode(int tcp_fd, uint64_t& inode) {
   return find_tcp_socket_inode(remote, local, inode);
 }
 
+void keep_links_as_configured() {
+  transport::shm::set_link_idle_time(std::chrono::duration_cast<std::chrono::milliseconds>(
+      config::process_config().tunables().link_idle_time));
+}
+
 int run_handshake(Connection& connection, KeptFd tcp, int side_fd, uint64_t peer_socket_inode,
                   Deadline deadline) {
   Hello theirs{};
@@ -81,6 +86,7 @@ int run_handshake(Connection& connection, KeptFd tcp, int side_fd, uint64_t peer
   const bool initiator = connection.role() == config::Role::server;
   // The fd table's record by number: no system call on it.
   const stream::StreamSettings settings = stream_settings_for_socket(tcp.fd);
+  keep_links_as_configured();
   transport::shm::ShmOptions options;
   options.ring_size = settings.ring_size;
   options.setup_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(

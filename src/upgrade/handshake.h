@@ -21,4 +21,7 @@ int run_handshake(Connection& connection, KeptFd tcp, int side_fd, uint64_t peer
 // The inode of the other end of TCP connection `tcp_fd` (it is on this host), or -errno.
 int find_peer_socket_inode(int tcp_fd, uint64_t& inode);
 
+// Tells the shm links how long to outlive their last channel (link_idle_time).
+void keep_links_as_configured();
+
 }  // namespace qpsock::upgrade

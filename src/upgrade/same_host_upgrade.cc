@@ -9,6 +9,7 @@
 #include "libc/next_symbols.h"
 #include "upgrade/forked_children.h"
 #include "upgrade/handshake.h"
+#include "upgrade/link_upgrade.h"
 #include "upgrade/socket_identity.h"
 
 namespace qpsock::upgrade {
@@ -26,7 +27,7 @@ constexpr std::chrono::milliseconds kShortestPlannedDelay{40};
 void negotiate(Connection& connection, KeptFd tcp, int side_fd, uint64_t client_inode,
                Deadline deadline) {
   const int result = run_handshake(connection, tcp, side_fd, client_inode, deadline);
-  next::close(side_fd);
+  close_descriptor(side_fd);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: upgrade declined (%d); stays on TCP", tcp.fd, result);
     connection.decline("the upgrade handshake failed");
@@ -35,8 +36,10 @@ void negotiate(Connection& connection, KeptFd tcp, int side_fd, uint64_t client_
   QPSOCK_LOG(info, "fd %d: upgraded to shared memory", tcp.fd);
 }
 
-// The attempt itself, once begun: the client's listener, then the handshake over it.
+// The attempt itself, once begun: over a link with the client's process if
+// one offers the socket, else the client's listener and the handshake over it.
 void attempt(Connection& connection, KeptFd tcp, uint64_t client_inode, Deadline deadline) {
+  if (attempt_over_link(connection, tcp, client_inode, deadline)) return;
   const int side_fd = own_descriptors_recently_refused() ? -EMFILE : connect_for_upgrade(client_inode);
   if (is_descriptor_limit(side_fd)) {
     QPSOCK_LOG(info, "fd %d: no descriptor for the side channel (%d); stays on TCP", tcp.fd, side_fd);
@@ -104,13 +107,18 @@ void attempt_same_host_upgrade_in_worker(Connection& connection, KeptFd tcp,
 
 void attempt_same_host_upgrade_early(Connection& connection, KeptFd tcp, uint64_t tcp_socket_inode,
                                      uint64_t client_inode, Deadline deadline) {
-  // The listener first: a client that has not opened it yet (or has no
-  // qpsock) leaves the connection offered, for a later try.
+  // An offer on a link, or else the listener, first: a client that has
+  // not made either yet (or has no qpsock) leaves the connection offered,
+  // for a later try.
+  if (offered_on_a_link(client_inode)) {
+    if (begin_in_worker(connection, tcp, tcp_socket_inode)) attempt(connection, tcp, client_inode, deadline);
+    return;
+  }
   const int side_fd = connect_for_upgrade(client_inode);
   if (side_fd < 0) return;
   if (!begin_in_worker(connection, tcp, tcp_socket_inode)) {
     // The client's agent sees the side channel close, and its offer ends.
-    next::close(side_fd);
+    close_descriptor(side_fd);
     return;
   }
   negotiate(connection, tcp, side_fd, client_inode, deadline);

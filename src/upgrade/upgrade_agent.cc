@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "common/log.h"
@@ -18,7 +19,9 @@
 #include "common/helper_thread.h"
 #include "upgrade/attempt_threads.h"
 #include "upgrade/forked_children.h"
+#include "transport/shm/link_channels.h"
 #include "upgrade/handshake.h"
+#include "upgrade/link_upgrade.h"
 #include "upgrade/same_host_upgrade.h"
 #include "upgrade/socket_identity.h"
 #include "upgrade/verbs_upgrade.h"
@@ -33,6 +36,15 @@ struct Offer {
   uint64_t tcp_socket_inode;  // 0 until a listener opens (planned ones: read_planned_socket)
   std::weak_ptr<Connection> connection;
   Deadline deadline;
+  // Published on this process's links (link_channels.h), with or without a
+  // listener beside it: a server linked with us comes that way.
+  bool on_links = false;
+};
+
+// A server's request for a channel over a link, for the agent's thread.
+struct LinkRequest {
+  std::shared_ptr<transport::shm::PeerProcess> link;
+  transport::shm::ChannelRequest request;
 };
 
 // epoll data: the offer's id, and which of its listeners spoke; or the
@@ -49,6 +61,15 @@ class UpgradeAgent : public HelperLock {
  public:
   void offer(Offer offer);
   void wake() const { wakeup_.signal(); }
+  // On the background loop's thread: queued for the agent's, or refused at
+  // once if no agent runs (then this process offers nothing).
+  void channel_requested(std::shared_ptr<transport::shm::PeerProcess> link,
+                         const transport::shm::ChannelRequest& request);
+  // A link with a new peer process came up: every offer is published on it.
+  void links_changed() {
+    links_changed_.store(true, std::memory_order_release);
+    wakeup_.signal();
+  }
   // fork: the child has no agent thread; its copies of the listeners go.
   void forget_after_fork();
   void run();
@@ -59,13 +80,23 @@ class UpgradeAgent : public HelperLock {
   // Takes the offer's listeners out of the epoll set (closing them would too).
   void unwatch_locked(const Offer& offer);
   void answer_same_host(Offer offer);
+  // A server linked with us asked for a channel to the offer's socket.
+  static void answer_over_link(Offer offer, const LinkRequest& request);
+  // The link requests queued, each with its offer taken out, or refused.
+  void take_link_requests();
+  // Publishes every offer whose socket is known on the links (new ones among them).
+  void publish_offers_on_links();
   // On an attempt thread of its own, or the agent's (touches no agent state).
   static void answer_rdma(Offer offer);
   // Moves the offers `chosen` picks into `taken`, in one pass: a busy
   // client holds thousands of offers (one per connection of the last
-  // upgrade_timeout), and erasing them one by one moved the rest each time.
+  // upgrade_timeout).
   template <typename Choose>
   void take_offers_locked(std::vector<Offer>& taken, Choose chosen);
+  void add_locked(Offer offer);
+  // The offer with `id` (or published on links with `inode`), taken out.
+  std::optional<Offer> take_locked(uint64_t id);
+  std::optional<Offer> take_published_locked(uint64_t inode);
   void expire_locked(std::vector<Offer>& expired);
   // Offers whose planned rdma_cm listener is due: taken out, to be opened
   // without the lock (open_planned_listener puts them back).
@@ -79,7 +110,8 @@ class UpgradeAgent : public HelperLock {
   // How long the agent may sleep (and notes when it wakes at the latest).
   int sleep_ms_locked();
 
-  std::vector<Offer> offers_;
+  std::unordered_map<uint64_t, Offer> offers_;                // by id
+  std::unordered_map<uint64_t, uint64_t> published_by_inode_;  // ids of those on links
   uint64_t next_id_ = 1;
   int epoll_fd_ = -1;
   HelperWakeup wakeup_;
@@ -87,21 +119,40 @@ class UpgradeAgent : public HelperLock {
   // no sooner need not wake it (a context switch per connection otherwise).
   std::chrono::steady_clock::time_point wakes_by_{};
   bool running_ = false;
+  std::vector<LinkRequest> link_requests_;
+  std::atomic<bool> links_changed_{false};
 };
 
 UpgradeAgent& agent() { return fork_aware_instance<UpgradeAgent>(); }
 
 // Closing a listener also takes it out of the agent's epoll set.
 void close_listeners(ClientListeners& listeners) {
-  if (listeners.same_host_fd >= 0) next::close(listeners.same_host_fd);
+  if (listeners.same_host_fd >= 0) close_descriptor(listeners.same_host_fd);
   listeners.same_host_fd = -1;
   listeners.rdma.reset();
 }
 
-void close_offer(Offer& offer, const char* reason) {
+// The offer is answered or over: no server finds it on a link again.
+void end_offer(Offer& offer) {
   close_listeners(offer.listeners);
+  if (offer.on_links) transport::shm::withdraw_from_links(offer.tcp_socket_inode);
+  offer.on_links = false;
+}
+
+void close_offer(Offer& offer, const char* reason) {
+  end_offer(offer);
   if (auto connection = offer.connection.lock()) connection->decline(reason);
 }
+
+// On the links this process has (none is no failure: one may come up).
+void publish_on_links(Offer& offer) {
+  if (offer.tcp_socket_inode != 0 && transport::shm::offer_on_links(offer.tcp_socket_inode) > 0)
+    offer.on_links = true;
+}
+
+void on_channel_request(std::shared_ptr<transport::shm::PeerProcess> link,
+                        const transport::shm::ChannelRequest& request);
+void on_links_changed();
 
 void UpgradeAgent::offer(Offer offer) {
   // Not under the lock: the counts' first use registers fork handlers, and
@@ -129,7 +180,81 @@ void UpgradeAgent::offer(Offer offer) {
     close_offer(offer, "the upgrade agent could not watch the side channel");
     return;
   }
-  offers_.push_back(std::move(offer));
+  publish_on_links(offer);
+  add_locked(std::move(offer));
+}
+
+void UpgradeAgent::add_locked(Offer offer) {
+  if (offer.on_links) published_by_inode_[offer.tcp_socket_inode] = offer.id;
+  const uint64_t id = offer.id;
+  offers_.emplace(id, std::move(offer));
+}
+
+std::optional<Offer> UpgradeAgent::take_locked(uint64_t id) {
+  const auto found = offers_.find(id);
+  if (found == offers_.end()) return std::nullopt;
+  Offer offer = std::move(found->second);
+  offers_.erase(found);
+  if (offer.on_links) published_by_inode_.erase(offer.tcp_socket_inode);
+  return offer;
+}
+
+std::optional<Offer> UpgradeAgent::take_published_locked(uint64_t inode) {
+  const auto found = published_by_inode_.find(inode);
+  if (found == published_by_inode_.end()) return std::nullopt;
+  return take_locked(found->second);
+}
+
+void UpgradeAgent::channel_requested(std::shared_ptr<transport::shm::PeerProcess> link,
+                                     const transport::shm::ChannelRequest& request) {
+  std::optional<Offer> offer;
+  {
+    std::lock_guard lock(mutex_);
+    if (running_ && has_forked_children()) {
+      // A child may hold the socket: looking at it may take the agent 200 ms.
+      link_requests_.push_back({std::move(link), request});
+      wakeup_.signal();
+      return;
+    }
+    if (running_) offer = take_published_locked(request.socket_inode);
+    if (offer) unwatch_locked(*offer);
+  }
+  if (!offer) {
+    refuse_link_channel(link, request, -ENOENT);
+    return;
+  }
+  // Here on the loop's thread: nothing in the answer waits.
+  answer_over_link(std::move(*offer), {std::move(link), request});
+}
+
+void UpgradeAgent::take_link_requests() {
+  std::vector<LinkRequest> requests;
+  {
+    std::lock_guard lock(mutex_);
+    requests.swap(link_requests_);
+  }
+  for (const LinkRequest& request : requests) {
+    std::optional<Offer> offer;
+    {
+      std::lock_guard lock(mutex_);
+      offer = take_published_locked(request.request.socket_inode);
+      if (offer) unwatch_locked(*offer);
+    }
+    if (!offer) {
+      refuse_link_channel(request.link, request.request, -ENOENT);
+      continue;
+    }
+    answer_over_link(std::move(*offer), request);
+    open_due_listeners();
+  }
+}
+
+void UpgradeAgent::publish_offers_on_links() {
+  std::lock_guard lock(mutex_);
+  for (auto& [id, offer] : offers_) {
+    publish_on_links(offer);
+    if (offer.on_links) published_by_inode_[offer.tcp_socket_inode] = id;
+  }
 }
 
 bool UpgradeAgent::watch_locked(int fd, uint64_t data) {
@@ -155,26 +280,27 @@ bool UpgradeAgent::start_locked() {
   if (error != 0) {
     QPSOCK_LOG(warn, "cannot start the upgrade agent thread (%d): connections stay on TCP", error);
     wakeup_.close();
-    next::close(epoll_fd_);
+    close_descriptor(epoll_fd_);
     epoll_fd_ = -1;
     return false;
   }
   running_ = true;
+  transport::shm::set_channel_request_handler(&on_channel_request);
+  transport::shm::set_link_up_handler(&on_links_changed);
   return true;
 }
 
 template <typename Choose>
 void UpgradeAgent::take_offers_locked(std::vector<Offer>& taken, Choose chosen) {
-  size_t kept = 0;
-  for (Offer& offer : offers_) {
-    if (chosen(offer))
-      taken.push_back(std::move(offer));
-    else if (&offer != &offers_[kept])
-      offers_[kept++] = std::move(offer);
-    else
-      ++kept;
+  for (auto each = offers_.begin(); each != offers_.end();) {
+    if (!chosen(each->second)) {
+      ++each;
+      continue;
+    }
+    if (each->second.on_links) published_by_inode_.erase(each->second.tcp_socket_inode);
+    taken.push_back(std::move(each->second));
+    each = offers_.erase(each);
   }
-  offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(kept), offers_.end());
 }
 
 void UpgradeAgent::expire_locked(std::vector<Offer>& expired) {
@@ -225,13 +351,15 @@ void UpgradeAgent::open_planned_listener(Offer offer) {
     close_offer(offer, "closed before its upgrade");
     return;
   }
+  const bool same_host = offer.listeners.planned_same_host.has_value();
+  if (same_host) publish_on_links(offer);
   const char* reason = nullptr;
   int error = 0;
   if (own_descriptors_recently_refused()) {
     // Its server would find no listener: no handshake begins to fail halfway.
     error = -EMFILE;
     reason = "no descriptor for the upgrade (RLIMIT_NOFILE)";
-  } else if (offer.listeners.planned_same_host) {
+  } else if (same_host) {
     offer.listeners.planned_same_host.reset();
     offer.listeners.same_host_fd = listen_for_upgrade(offer.tcp_socket_inode);
     if ((error = offer.listeners.same_host_fd) < 0) reason = "no side-channel listener";
@@ -240,27 +368,32 @@ void UpgradeAgent::open_planned_listener(Offer offer) {
     offer.listeners.planned_rdma.reset();
     error = open_verbs_listener(offer.tcp_fd, plan, offer.listeners.rdma, reason);
   }
-  if (error < 0) {
+  offer.listeners.planned_same_host.reset();
+  if (error < 0 && !(same_host && is_descriptor_limit(error))) {
     QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", offer.tcp_fd, reason, error);
     close_offer(offer, reason);
     return;
   }
+  // Without a descriptor for a listener the offer still stands on the
+  // links, which need none: now, or once a link with the server comes up.
+  if (error < 0) QPSOCK_LOG(debug, "fd %d: %s (%d); offered on links only", offer.tcp_fd, reason, error);
   std::unique_lock lock(mutex_);
   const bool watched = offer.listeners.same_host_fd >= 0
                            ? watch_locked(offer.listeners.same_host_fd, offer.id)
-                           : watch_locked(offer.listeners.rdma->event_fd(), offer.id | kRdmaListener);
+                           : offer.listeners.rdma == nullptr ||
+                                 watch_locked(offer.listeners.rdma->event_fd(), offer.id | kRdmaListener);
   if (!watched) {
     lock.unlock();
     close_offer(offer, "the upgrade agent could not watch the side channel");
     return;
   }
-  offers_.push_back(std::move(offer));
+  add_locked(std::move(offer));
 }
 
 int UpgradeAgent::sleep_ms_locked() {
   const auto now = std::chrono::steady_clock::now();
   auto wake_at = now + kLongestSleep;
-  for (const Offer& offer : offers_)
+  for (const auto& [id, offer] : offers_)
     if (const auto planned = offer.listeners.next_planned()) wake_at = std::min(wake_at, *planned);
   const auto sleep = std::chrono::ceil<std::chrono::milliseconds>(wake_at - now);
   wakes_by_ = now + sleep;
@@ -285,21 +418,20 @@ void UpgradeAgent::run() {
           continue;
         }
         const uint64_t id = events[index].data.u64 & ~kRdmaListener;
-        for (size_t each = 0; each < offers_.size(); ++each) {
-          if (offers_[each].id != id) continue;
-          const bool by_rdma = (events[index].data.u64 & kRdmaListener) != 0;
-          // Answered on another thread, which takes the connect request
-          // later: until then the listener's fd stays readable, and this
-          // thread's wait would return at once for it.
-          if (by_rdma) unwatch_locked(offers_[each]);
-          (by_rdma ? rdma : same_host).push_back(std::move(offers_[each]));
-          offers_.erase(offers_.begin() + static_cast<std::ptrdiff_t>(each));
-          break;
-        }
+        std::optional<Offer> offer = take_locked(id);
+        if (!offer) continue;
+        const bool by_rdma = (events[index].data.u64 & kRdmaListener) != 0;
+        // Answered on another thread, which takes the connect request
+        // later: until then the listener's fd stays readable, and this
+        // thread's wait would return at once for it.
+        if (by_rdma) unwatch_locked(*offer);
+        (by_rdma ? rdma : same_host).push_back(std::move(*offer));
       }
       // Closed connections first: their planned listeners are never opened.
       expire_locked(expired);
     }
+    if (links_changed_.exchange(false, std::memory_order_acq_rel)) publish_offers_on_links();
+    take_link_requests();
     for (Offer& offer : expired) {
       if (!offer.connection.expired())
         QPSOCK_LOG(debug, "fd %d: no qpsock server came to upgrade it; it stays on TCP", offer.tcp_fd);
@@ -326,20 +458,20 @@ void UpgradeAgent::run() {
 void UpgradeAgent::answer_same_host(Offer offer) {
   const int side_fd = keep_own_descriptor(
       next::accept4(offer.listeners.same_host_fd, nullptr, nullptr, SOCK_CLOEXEC));
-  close_listeners(offer.listeners);
+  end_offer(offer);
   std::shared_ptr<Connection> connection = offer.connection.lock();
   if (side_fd >= 0 && connection != nullptr &&
       declined_for_a_forked_child(*connection, offer.tcp_fd, offer.tcp_socket_inode)) {
-    next::close(side_fd);
+    close_descriptor(side_fd);
     return;
   }
   if (side_fd < 0 || connection == nullptr || !connection->begin_negotiation()) {
-    if (side_fd >= 0) next::close(side_fd);
+    if (side_fd >= 0) close_descriptor(side_fd);
     if (connection) connection->decline("the side channel failed");
     return;
   }
   if (declined_for_a_forked_child(*connection, offer.tcp_fd, offer.tcp_socket_inode)) {
-    next::close(side_fd);
+    close_descriptor(side_fd);
     return;
   }
   // The application may have renumbered the socket, or closed it and reused the number.
@@ -349,7 +481,7 @@ void UpgradeAgent::answer_same_host(Offer offer) {
     return find_peer_socket_inode(fd, peer_inode);
   }, tcp);
   if (result == 0) result = run_handshake(*connection, tcp, side_fd, peer_inode, offer.deadline);
-  next::close(side_fd);
+  close_descriptor(side_fd);
   if (result < 0) {
     QPSOCK_LOG(info, "fd %d: upgrade declined (%d); the connection stays on TCP", offer.tcp_fd, result);
     connection->decline("the upgrade handshake failed");
@@ -361,7 +493,7 @@ void UpgradeAgent::answer_same_host(Offer offer) {
 // A server came over rdma_cm: accept it, then the listeners are done either way.
 void UpgradeAgent::answer_rdma(Offer offer) {
   std::unique_ptr<transport::verbs::VerbsListener> listener = std::move(offer.listeners.rdma);
-  close_listeners(offer.listeners);
+  end_offer(offer);
   std::shared_ptr<Connection> connection = offer.connection.lock();
   // Declined before the accept: the server's connect is rejected, and it stays on TCP.
   if (connection == nullptr ||
@@ -374,23 +506,59 @@ void UpgradeAgent::answer_rdma(Offer offer) {
     connection->decline("the RDMA upgrade failed");
 }
 
+void UpgradeAgent::answer_over_link(Offer offer, const LinkRequest& request) {
+  end_offer(offer);
+  std::shared_ptr<Connection> connection = offer.connection.lock();
+  if (connection == nullptr ||
+      declined_for_a_forked_child(*connection, offer.tcp_fd, offer.tcp_socket_inode) ||
+      !connection->begin_negotiation() ||
+      declined_for_a_forked_child(*connection, offer.tcp_fd, offer.tcp_socket_inode)) {
+    refuse_link_channel(request.link, request.request, -ECONNREFUSED);
+    return;
+  }
+  // The application may have renumbered the socket, or closed it and reused the number.
+  KeptFd tcp;
+  int result = read_socket(*connection, offer.tcp_fd, offer.tcp_socket_inode, [](int) { return 0; }, tcp);
+  if (result < 0)
+    refuse_link_channel(request.link, request.request, result);
+  else
+    result = accept_link_channel(*connection, tcp, request.link, request.request);
+  if (result < 0) {
+    QPSOCK_LOG(info, "fd %d: upgrade over the link with pid %d declined (%d); the connection stays on TCP",
+               offer.tcp_fd, request.link->pid(), result);
+    connection->decline("the upgrade over the link failed");
+    return;
+  }
+  QPSOCK_LOG(info, "fd %d: upgraded to shared memory (over the link with pid %d)", tcp.fd,
+             request.link->pid());
+}
+
 void UpgradeAgent::forget_after_fork() {
-  for (Offer& offer : offers_) {
-    if (offer.listeners.same_host_fd >= 0) next::close(offer.listeners.same_host_fd);
+  for (auto& [id, offer] : offers_) {
+    if (offer.listeners.same_host_fd >= 0) close_descriptor(offer.listeners.same_host_fd);
     if (offer.listeners.rdma != nullptr) {
       // Destroying the listener's rdma_cm id from here would destroy the
       // parent's (the rdma_cm file is shared across fork): only our copy of
       // its fd goes, and the object is left behind.
-      next::close(offer.listeners.rdma->event_fd());
+      close_descriptor(offer.listeners.rdma->event_fd());
       (void)offer.listeners.rdma.release();
     }
   }
   offers_.clear();
-  if (epoll_fd_ >= 0) next::close(epoll_fd_);
+  published_by_inode_.clear();
+  link_requests_.clear();
+  if (epoll_fd_ >= 0) close_descriptor(epoll_fd_);
   epoll_fd_ = -1;
   wakeup_.close();
   running_ = false;
 }
+
+void on_channel_request(std::shared_ptr<transport::shm::PeerProcess> link,
+                        const transport::shm::ChannelRequest& request) {
+  agent().channel_requested(std::move(link), request);
+}
+
+void on_links_changed() { agent().links_changed(); }
 
 }  // namespace
 

@@ -38,6 +38,7 @@ TEST(ConfigTunables, Defaults) {
   EXPECT_EQ(defaults.rdma_upgrade_delay, milliseconds{200});
   EXPECT_EQ(defaults.shm_upgrade_delay, milliseconds{50});
   EXPECT_EQ(defaults.shm_upgrade_bytes, 1024u * 1024);
+  EXPECT_EQ(defaults.link_idle_time, seconds{10});
   EXPECT_EQ(defaults.same_host, SameHost::shm);
   EXPECT_EQ(tunables_of(""), defaults);
 }
@@ -59,7 +60,7 @@ TEST(ConfigTunables, CatalogueNamesEveryTunableAndItsVariable) {
                                              "rendezvous_patience", "ring_size",
                                              "eager_chunk", "spin_time", "spin_limit", "upgrade_timeout",
                                              "rdma_upgrade_delay", "shm_upgrade_delay",
-                                             "shm_upgrade_bytes", "same_host"}));
+                                             "shm_upgrade_bytes", "link_idle_time", "same_host"}));
 }
 
 TEST(ConfigTunables, InlineSize) {
@@ -216,6 +217,10 @@ TEST(ConfigTunables, ShmUpgradeBytes) {
 }
 
 TEST(ConfigTunables, SameHost) {
+  EXPECT_EQ(tunables_of("link_idle_time = 0").link_idle_time, microseconds{0});
+  EXPECT_EQ(tunables_of("link_idle_time = 2s").link_idle_time, seconds{2});
+  EXPECT_EQ(only_diagnostic("link_idle_time = 2h"),
+            "t.conf:1: link_idle_time: '2h' has an unknown unit 'h' (use us, ms or s); default 10s kept");
   EXPECT_EQ(tunables_of("same_host = shm").same_host, SameHost::shm);
   EXPECT_EQ(tunables_of("same_host = rdma").same_host, SameHost::rdma);
   EXPECT_EQ(tunables_of("same_host = kernel").same_host, SameHost::kernel);

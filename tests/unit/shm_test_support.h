@@ -17,13 +17,25 @@
 
 namespace qpsock::transport::shm::testing {
 
-// Mappings of a qpsock arena memfd in this process ("/memfd:qpsock (deleted)").
+// Mappings of a qpsock pool memfd in this process ("/memfd:qpsock-pool (deleted)").
 inline int arena_mappings() {
   std::ifstream maps("/proc/self/maps");
   int count = 0;
   for (std::string line; std::getline(maps, line);)
-    if (line.find("memfd:qpsock (deleted)") != std::string::npos) ++count;
+    if (line.find("memfd:qpsock-pool (deleted)") != std::string::npos) ++count;
   return count;
+}
+
+// Whether arena_mappings() comes to `count` within `limit`: a link's pools
+// go when the link does, which its background sweep (once a second) or the
+// loop's hearing of its peer's exit decides.
+inline bool arena_mappings_become(int count, std::chrono::seconds limit = std::chrono::seconds{5}) {
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  while (arena_mappings() != count) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
+  return true;
 }
 
 // A connected AF_UNIX stream socketpair, closed when it goes.

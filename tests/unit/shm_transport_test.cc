@@ -4,6 +4,8 @@
 // reads by process_vm_readv, disconnects, the wait handle, setup failures,
 // fork, and the stream engine running over it.
 #include <gtest/gtest.h>
+
+#include <thread>
 #include <poll.h>
 #include <fcntl.h>
 #include <sys/eventfd.h>
@@ -333,6 +335,8 @@ TEST_F(ShmTransportTest, TooManySlicesAreRefused) {
 TEST_F(ShmTransportTest, ADisconnectReachesThePeerAndRevokesOurMemory) {
   std::vector<std::byte> source(64);
   auto readable = registered(*first_, source, MemoryAccess::remote_read);
+  // (A ring the pool gave another channel before holds its bytes.)
+  ring_.data()[0] = std::byte{0x5a};
   second_->disconnect();
   second_->disconnect();  // idempotent
   // Our own error completion, once.
@@ -344,7 +348,7 @@ TEST_F(ShmTransportTest, ADisconnectReachesThePeerAndRevokesOurMemory) {
   ASSERT_EQ(theirs.size(), 1u);
   EXPECT_NE(theirs[0].status, 0);
   EXPECT_EQ(write_to_ring(ring_at(0), 8), -ECONNRESET);
-  EXPECT_EQ(ring_.data()[0], std::byte{0});
+  EXPECT_EQ(ring_.data()[0], std::byte{0x5a});
   // No new remote registrations on a dead link.
   std::unique_ptr<MemoryRegistration> later;
   EXPECT_LT(second_->register_memory(ring_.data(), 64, MemoryAccess::remote_write, later), 0);
@@ -539,17 +543,36 @@ TEST(ShmTransportSetupTest, EachSideConsumesExactlyItsOwnBytes) {
   EXPECT_EQ(::poll(left, 2, 0), 0);
 }
 
-TEST(ShmTransportSetupTest, TheArenasAreGoneWhenBothEndsAre) {
+TEST(ShmTransportSetupTest, ALinksPoolsAreGoneOnceItIdlesOut) {
+  set_link_idle_time(std::chrono::milliseconds{0});
+  // The earlier tests' link idles out first.
+  ASSERT_TRUE(testing::arena_mappings_become(0));
   const int before = arena_mappings();
   {
     SocketPair sockets;
     std::unique_ptr<ShmTransport> first, second;
     ASSERT_NO_FATAL_FAILURE(testing::establish_both(sockets, small_options(), first, second));
     EXPECT_GT(arena_mappings(), before);
-    first->disconnect();  // drops its mapping of the peer's arena at once
+    first->disconnect();
     second->disconnect();
   }
-  EXPECT_EQ(arena_mappings(), before);
+  // The link's sweep (once a second) lets go of a link without channels.
+  EXPECT_TRUE(testing::arena_mappings_become(before));
+  set_link_idle_time(std::chrono::seconds{10});
+}
+
+TEST(ShmTransportSetupTest, AChannelsArenaGoesBackToItsPoolForTheNext) {
+  SocketPair first_sockets, second_sockets;
+  std::unique_ptr<ShmTransport> first, second;
+  ASSERT_NO_FATAL_FAILURE(testing::establish_both(first_sockets, small_options(), first, second));
+  const ChannelFacts used = first->half();
+  first.reset();
+  second.reset();
+  // Both ends let go of it: the next channel of the link takes the same arena.
+  ASSERT_NO_FATAL_FAILURE(testing::establish_both(second_sockets, small_options(), first, second));
+  const ChannelFacts next = first->half();
+  const ChannelFacts other = second->half();
+  EXPECT_TRUE(next.arena_offset == used.arena_offset || other.arena_offset == used.arena_offset);
 }
 
 TEST(ShmTransportSetupTest, BadArgumentsAreRefused) {

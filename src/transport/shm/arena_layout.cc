@@ -30,14 +30,14 @@ ArenaLayout ArenaLayout::make(uint32_t notification_capacity, uint64_t ring_capa
   return layout;
 }
 
-bool ArenaLayout::consistent_with(uint64_t file_size) const {
+bool ArenaLayout::consistent_with(uint64_t arena_size) const {
   if (notification_capacity == 0 || notification_capacity > kLargestNotificationCapacity ||
       inbox_slots != std::bit_ceil(notification_capacity) || ring_capacity == 0 ||
       ring_capacity > kLargestRingCapacity)
     return false;
   const ArenaLayout expected = make(notification_capacity, ring_capacity);
   return inbox_offset == expected.inbox_offset && ring_offset == expected.ring_offset &&
-         ring_capacity == expected.ring_capacity && size == expected.size && size == file_size;
+         ring_capacity == expected.ring_capacity && size == expected.size && size == arena_size;
 }
 
 }  // namespace qpsock::transport::shm

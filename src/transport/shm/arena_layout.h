@@ -1,6 +1,6 @@
-// The memory one endpoint shares with its peer: its *arena*, one sealed memfd
-// (never a named file) per endpoint, created by that endpoint (the owner) and
-// mapped by both. Three page-aligned parts:
+// The memory one endpoint shares with its peer: its *arena*, a part of the
+// owner's pool with the peer process (link_pool.h), mapped by both. Three
+// page-aligned parts:
 //
 //   [ ControlBlock | RegistrationEntry x kRegistrationSlots ]  owner writes; the peer maps it
 //   read-only [ InboxHeader  | uint32_t immediate slots                ]  the peer pushes
@@ -18,7 +18,7 @@
 namespace qpsock::transport::shm {
 
 inline constexpr uint64_t kArenaMagic = 0x3172616d'68737071;  // "qpshmar1"
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;
 inline constexpr uint32_t kRegistrationSlots = 256;  // published remote registrations at once
 inline constexpr uint32_t kLargestNotificationCapacity = 1u << 20;
 inline constexpr uint64_t kLargestRingCapacity = uint64_t{1} << 30;  // the engine's largest ring
@@ -39,8 +39,8 @@ struct ArenaLayout {
   static ArenaLayout make(uint32_t notification_capacity, uint64_t ring_capacity);
   // The size of the owner-written part (the same for every arena).
   static uint64_t owner_part_size();
-  // Whether a layout read from a peer is self-consistent for a memfd of `file_size`.
-  bool consistent_with(uint64_t file_size) const;
+  // Whether a layout read from a peer is self-consistent for an arena of `arena_size`.
+  bool consistent_with(uint64_t arena_size) const;
 };
 
 // The owner's published facts and state (the peer only reads them).
@@ -81,14 +81,23 @@ struct RegistrationEntry {
 inline constexpr uint64_t kNotInArena = ~uint64_t{0};
 
 // The immediates the peer pushed (the inbox's producer index) and whether
-// the owner sleeps, and how to wake it (wakeup.h).
+// the owner sleeps, and how to wake it (wakeup.h); and whether the peer has
+// let go of the arena for good (it writes nothing here after setting it:
+// the owner's pool may then give the memory to another channel).
 struct InboxHeader {
   alignas(64) std::atomic<uint64_t> tail;
   alignas(64) std::atomic<uint32_t> waiter;
+  alignas(64) std::atomic<uint32_t> released;
 };
 
 // Where the registration table and the slots sit inside the parts.
 inline constexpr size_t kRegistrationTableOffset = (sizeof(ControlBlock) + 63) / 64 * 64;
 inline constexpr size_t kInboxSlotsOffset = (sizeof(InboxHeader) + 63) / 64 * 64;
+
+// The released flag of the arena at `arena` (every layout's inbox part
+// begins at ArenaLayout::owner_part_size()).
+inline std::atomic<uint32_t>& arena_released_flag(std::byte* arena) {
+  return reinterpret_cast<InboxHeader*>(arena + ArenaLayout::owner_part_size())->released;
+}
 
 }  // namespace qpsock::transport::shm

@@ -30,6 +30,10 @@ bool non_blocking_eventfd(int fd) {
 
 void ring_doorbell(const DoorbellTarget& target, uint32_t slot) {
   mark_woken(*target.bits, slot);
+  ring_link_doorbell(target);
+}
+
+void ring_link_doorbell(const DoorbellTarget& target) {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t written = next::write(target.doorbell_fd, &one, sizeof(one));
 }

@@ -34,6 +34,8 @@ struct DoorbellTarget {
 };
 // Marks `slot` and rings the doorbell (an eventfd write; the reader drains).
 void ring_doorbell(const DoorbellTarget& target, uint32_t slot);
+// Rings it for no channel: a message in the link's mailbox (link_mailbox.h).
+void ring_link_doorbell(const DoorbellTarget& target);
 
 // Whether a write to `fd` (one a peer gave us) never blocks, and, where
 // /proc tells, whether it is an eventfd.

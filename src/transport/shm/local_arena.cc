@@ -1,54 +1,49 @@
 #include "transport/shm/local_arena.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cerrno>
+#include <cstring>
 #include <new>
 
-#include "common/own_descriptor.h"
 #include "common/random_word.h"
 
 namespace qpsock::transport::shm {
-namespace {
 
-// Shows as "/memfd:qpsock (deleted)" in /proc/PID/maps.
-constexpr const char* kMemfdName = "qpsock";
-
-}  // namespace
-
-int LocalArena::create(const ArenaLayout& layout, std::unique_ptr<LocalArena>& arena) {
+int LocalArena::create(std::shared_ptr<OwnPool> pool, const ArenaLayout& layout,
+                       const ProcessPage* page, uint64_t epoch, std::unique_ptr<LocalArena>& arena) {
   auto made = std::make_unique<LocalArena>();
+  std::byte* base = nullptr;
+  bool reused = false;
+  if (int error = pool->take(layout.size, made->offset_, base, reused); error < 0) return error;
+  made->pool_ = std::move(pool);
+  made->page_ = page;
+  made->epoch_ = epoch;
   made->layout_ = layout;
-  made->memfd_.reset(
-      keep_own_descriptor(::memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING)));
-  if (!made->memfd_.valid()) return -errno;
-  const int fd = made->memfd_.get();
-  if (::ftruncate(fd, static_cast<off_t>(layout.size)) != 0) return -errno;
-  // The peer gets this fd: it must never be able to shrink the file under
-  // us (a SIGBUS on our next touch), nor grow it.
-  if (next::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) return -errno;
-  if (int error = made->shared_.map_shared(fd, 0, layout.ring_offset); error < 0) return error;
-  // The memfd starts zeroed, which is every atomic's initial state.
-  auto* control = new (made->shared_.data()) ControlBlock{};
+  made->base_ = base;
+  // A reused arena holds its last channel's control, registrations and
+  // inbox: every atomic starts from zero again (a fresh one is zero, and
+  // its pages are touched only as they are used).
+  if (reused) std::memset(static_cast<void*>(base), 0, layout.ring_offset);
+  auto* control = new (base) ControlBlock{};
   control->magic = kArenaMagic;
   control->version = kLayoutVersion;
   control->layout = layout;
   control->probe_word = random_word();
-  new (made->shared_.data() + layout.inbox_offset) InboxHeader{};
+  new (base + layout.inbox_offset) InboxHeader{};
   arena = std::move(made);
   return 0;
 }
 
+LocalArena::~LocalArena() {
+  if (base_ != nullptr && in_epoch(page_, epoch_))
+    pool_->give_back(offset_, layout_.size, layout_.ring_offset);
+}
+
 int LocalArena::map_ring(size_t length, stream::MappedMemory& ring) {
-  if (ring_address_ != nullptr || !memfd_.valid()) return -EBUSY;
+  if (ring_address_ != nullptr) return -EBUSY;
   if (length == 0 || length > layout_.ring_capacity) return -EINVAL;
-  if (int error = ring.map_shared(memfd_.get(), layout_.ring_offset, length); error < 0)
-    return error;
+  ring.borrow(base_ + layout_.ring_offset, length);
   ring_address_ = ring.data();
   ring_length_ = length;
-  memfd_.reset();
   return 0;
 }
 

@@ -1,52 +1,61 @@
-// Our arena (arena_layout.h): a memfd sealed against shrinking and growing,
-// sent to the peer at setup. We map its control and inbox parts for the
-// transport's lifetime; the receive ring part is mapped once, into the
-// stream's ring (map_ring), after which the memfd itself is closed: the
-// mappings, ours and the peer's, keep the memory alive, and it is gone once
-// both processes unmapped it (or died). Nothing is ever named in /dev/shm.
+// Our arena (arena_layout.h): a part of our pool with the peer process
+// (link_pool.h), which the peer maps too. Its control and inbox parts stay
+// where the pool maps them; the receive ring part is lent once to the
+// stream's ring (map_ring). When the last holder lets go, the arena goes
+// back to the pool (only in the process that made it: a forked child's copy
+// never touches the pool).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
-#include "common/unique_fd.h"
 #include "stream/mapped_memory.h"
 #include "transport/shm/arena_layout.h"
+#include "transport/shm/link_pool.h"
+#include "transport/shm/process_page.h"
 
 namespace qpsock::transport::shm {
 
 class LocalArena {
  public:
-  // Creates, sizes, seals and maps the arena, and fills in its control block
-  // (layout and a random probe word); 0 or -errno.
-  static int create(const ArenaLayout& layout, std::unique_ptr<LocalArena>& arena);
+  // Takes the arena from `pool` and fills in its control block (layout and a
+  // random probe word); 0 or -errno. `page` and `epoch` tell the process that
+  // may give it back.
+  static int create(std::shared_ptr<OwnPool> pool, const ArenaLayout& layout,
+                    const ProcessPage* page, uint64_t epoch, std::unique_ptr<LocalArena>& arena);
+  LocalArena() = default;
+  ~LocalArena();
+  LocalArena(const LocalArena&) = delete;
+  LocalArena& operator=(const LocalArena&) = delete;
 
-  int fd() const { return memfd_.get(); }
+  // Where it lies in the pool (told to the peer).
+  uint64_t pool_offset() const { return offset_; }
   const ArenaLayout& layout() const { return layout_; }
-  ControlBlock& control() const { return *reinterpret_cast<ControlBlock*>(shared_.data()); }
+  ControlBlock& control() const { return *reinterpret_cast<ControlBlock*>(base_); }
   RegistrationEntry* registrations() const {
-    return reinterpret_cast<RegistrationEntry*>(shared_.data() + kRegistrationTableOffset);
+    return reinterpret_cast<RegistrationEntry*>(base_ + kRegistrationTableOffset);
   }
-  InboxHeader& inbox() const {
-    return *reinterpret_cast<InboxHeader*>(shared_.data() + layout_.inbox_offset);
-  }
+  InboxHeader& inbox() const { return *reinterpret_cast<InboxHeader*>(base_ + layout_.inbox_offset); }
   const std::atomic<uint32_t>* inbox_slots() const {
-    return reinterpret_cast<const std::atomic<uint32_t>*>(shared_.data() + layout_.inbox_offset +
+    return reinterpret_cast<const std::atomic<uint32_t>*>(base_ + layout_.inbox_offset +
                                                           kInboxSlotsOffset);
   }
 
-  // Maps the first `length` bytes of the ring part into `ring` (once, before
-  // any registration of it), then closes the memfd; 0 or -errno.
+  // Lends the first `length` bytes of the ring part to `ring` (once, before
+  // any registration of it); 0 or -errno.
   int map_ring(size_t length, stream::MappedMemory& ring);
   // The arena offset of [address, address + length) if it lies in the ring
-  // mapped by map_ring, else kNotInArena.
+  // lent by map_ring, else kNotInArena.
   uint64_t ring_offset_of(const void* address, size_t length) const;
 
  private:
-  UniqueFd memfd_;
+  std::shared_ptr<OwnPool> pool_;
+  const ProcessPage* page_ = nullptr;
+  uint64_t epoch_ = 0;
+  uint64_t offset_ = 0;
   ArenaLayout layout_{};
-  stream::MappedMemory shared_;  // control and inbox parts
+  std::byte* base_ = nullptr;
   const std::byte* ring_address_ = nullptr;
   size_t ring_length_ = 0;
 };

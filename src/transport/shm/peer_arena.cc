@@ -1,38 +1,32 @@
 #include "transport/shm/peer_arena.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-
 #include <cerrno>
-
-#include "libc/next_symbols.h"
 
 namespace qpsock::transport::shm {
 
-int PeerArena::map(int fd, std::unique_ptr<PeerArena>& arena) {
-  const int seals = next::fcntl(fd, F_GET_SEALS);
-  if (seals < 0) return errno == EINVAL ? -EPROTO : -errno;
-  if ((seals & F_SEAL_SHRINK) == 0) return -EPROTO;
-  struct stat status {};
-  if (::fstat(fd, &status) != 0) return -errno;
-  const auto file_size = static_cast<uint64_t>(status.st_size);
-  const uint64_t control_size = ArenaLayout::owner_part_size();
-  if (file_size <= control_size) return -EPROTO;
-
-  auto made = std::make_unique<PeerArena>();
-  if (int error = made->control_.map_shared(fd, 0, control_size, false); error < 0) return error;
-  const ControlBlock& control = made->control();
+int PeerArena::map(std::shared_ptr<PeerPool> pool, uint64_t offset, uint64_t size,
+                   const ProcessPage* page, uint64_t epoch, std::unique_ptr<PeerArena>& arena) {
+  if (size <= ArenaLayout::owner_part_size()) return -EPROTO;
+  std::byte* base = pool->arena(offset, size);
+  if (base == nullptr) return -EPROTO;
+  const auto& control = *reinterpret_cast<const ControlBlock*>(base);
   const ArenaLayout layout = control.layout;
   if (control.magic != kArenaMagic || control.version != kLayoutVersion ||
-      layout.inbox_offset != control_size || !layout.consistent_with(file_size))
+      layout.inbox_offset != ArenaLayout::owner_part_size() || !layout.consistent_with(size))
     return -EPROTO;
+  auto made = std::make_unique<PeerArena>();
+  made->pool_ = std::move(pool);
+  made->page_ = page;
+  made->epoch_ = epoch;
   made->layout_ = layout;
-  if (int error =
-          made->writable_.map_shared(fd, layout.inbox_offset, layout.size - layout.inbox_offset);
-      error < 0)
-    return error;
+  made->base_ = base;
   arena = std::move(made);
   return 0;
+}
+
+PeerArena::~PeerArena() {
+  if (base_ != nullptr && in_epoch(page_, epoch_))
+    arena_released_flag(base_).store(1, std::memory_order_release);
 }
 
 }  // namespace qpsock::transport::shm

@@ -1,18 +1,20 @@
-// The peer process: its pid, a pidfd on it (readable once it exited; never
-// confused with a later process that reuses the pid), reads of its memory
-// with process_vm_readv (the rendezvous's "RDMA READ": one copy, straight
-// into the destination), and the doorbells of our link with it
-// (link_doorbell.h). Every transport with the same peer process shares one
-// PeerProcess (share_peer_process): one pidfd and one doorbell each way per
-// peer, not per connection, watched by the background loop
-// (common/background_loop.h), which tells each transport of the peer's exit
-// and of its wakeups.
+// The peer process and our link with it: its pid, a pidfd on it (readable
+// once it exited; never confused with a later process that reuses the pid),
+// reads of its memory with process_vm_readv (the rendezvous's "RDMA READ":
+// one copy, straight into the destination), the doorbells of the link
+// (link_doorbell.h) and its pools (link_pool.h: every channel's arena, the
+// link's mailbox and offers). Every transport with the same peer process
+// shares one PeerProcess (share_peer_process): one pidfd, one doorbell and
+// one pool each way per peer, not per connection, watched by the background
+// loop (common/background_loop.h), which tells each transport of the peer's
+// exit and of its wakeups, and takes the link's messages (link_channels.h).
 #pragma once
 
 #include <sys/types.h>
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,7 +23,9 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "stream/function_ref.h"
 #include "transport/shm/link_doorbell.h"
+#include "transport/shm/link_pool.h"
 
 namespace qpsock::transport::shm {
 
@@ -36,7 +40,7 @@ class PeerExitListener {
   ~PeerExitListener() = default;
 };
 
-class PeerProcess {
+class PeerProcess : public std::enable_shared_from_this<PeerProcess> {
  public:
   // Opens a pidfd on `pid`; 0 or -errno (-ESRCH: no such process).
   int open(pid_t pid);
@@ -63,23 +67,47 @@ class PeerProcess {
   // Reports the exit to every listener, once.
   void report_exit();
 
-  // Ours, for the peer to ring: opened by share_peer_process.
+  // Ours, for the peer to ring, and our pool: made by share_peer_process.
   OwnDoorbell& own_doorbell() { return own_doorbell_; }
-  // The peer's doorbell of link `link_id`: the one kept if the peer's hello
-  // names it again (the fds then only close), else one made of these. 0 with
-  // `out` set, or -errno (PeerDoorbell::attach).
-  int peer_doorbell(uint64_t link_id, UniqueFd doorbell, int page_fd,
-                    std::shared_ptr<PeerDoorbell>& out);
+  const std::shared_ptr<OwnPool>& own_pool() const { return own_pool_; }
+
+  // The peer's side of the link, as its hellos gave it (all null before).
+  struct PeerLink {
+    uint64_t link_id = 0;
+    std::shared_ptr<PeerDoorbell> doorbell;
+    std::shared_ptr<PeerPool> pool;
+  };
+  PeerLink peer_link();
+  // The peer's pool of link `link_id` if it is the link known already, else null.
+  std::shared_ptr<PeerPool> known_peer_pool(uint64_t link_id);
+  // A hello proved the peer's names link `link_id`: the link known is kept
+  // if it is that one (the fds then only close), else the link becomes the
+  // one made of these (`pool` attached already). 0 with `out` set, or
+  // -errno (PeerDoorbell::attach).
+  int adopt_peer_link(uint64_t link_id, UniqueFd doorbell, int page_fd,
+                      std::shared_ptr<PeerPool> pool, PeerLink& out);
+
+  // On the loop's thread, when our doorbell rang: its marked channels told,
+  // then the messages in our mailbox handed to link_channels.h.
+  void answer_doorbell(const std::shared_ptr<PeerProcess>& self);
+
+  // For share_peer_process and the links' visit.
+  int open_own_pool();
+  uint64_t known_peer_pool_id();
+  uint64_t tag() const { return tag_; }
+  void set_tag(uint64_t tag) { tag_ = tag; }
 
  private:
+  uint64_t tag_ = 0;  // its watches' (peer_process.cc)
   pid_t pid_ = -1;
   UniqueFd pidfd_;
   std::atomic<bool> exit_reported_{false};
   std::mutex listeners_mutex_;
   std::vector<PeerExitListener*> listeners_;
   OwnDoorbell own_doorbell_;
-  std::mutex peer_doorbell_mutex_;
-  std::shared_ptr<PeerDoorbell> peer_doorbell_;
+  std::shared_ptr<OwnPool> own_pool_;
+  std::mutex peer_link_mutex_;
+  PeerLink peer_link_;
 };
 
 // The PeerProcess of the live process `pid` that this process already
@@ -88,5 +116,14 @@ class PeerProcess {
 // pid perhaps reused) is never handed out again. Thread-safe; a forked
 // child starts with none.
 int share_peer_process(pid_t pid, std::shared_ptr<PeerProcess>& out);
+
+// Calls `visit` with each live link whose peer's pool is known, until it
+// returns false. Under the links' lock: `visit` may not share, visit or wait.
+void visit_links(stream::FunctionRef<bool(const std::shared_ptr<PeerProcess>&)> visit);
+
+// How long a link is kept once it carries no channel (its peer's exit ends
+// it at once); links are looked at, and their pools trimmed, once a second
+// on the background loop. Set by the upgrade layer from link_idle_time.
+void set_link_idle_time(std::chrono::milliseconds idle);
 
 }  // namespace qpsock::transport::shm

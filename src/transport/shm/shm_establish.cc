@@ -15,26 +15,27 @@ namespace qpsock::transport::shm {
 namespace {
 
 constexpr uint64_t kHelloMagic = 0x3169686d'68737071;  // "qpshmhi1"
-constexpr uint32_t kProtocolVersion = 2;
-// The fds a good hello carries: arena, doorbell, wake page.
+constexpr uint32_t kProtocolVersion = 3;
+// The fds a good hello carries: pool, doorbell, wake page.
 constexpr size_t kHelloFds = 3;
 constexpr uint32_t kLargestSlices = 64;
 
-// The first message each side sends; its arena memfd and its link's
-// doorbell eventfd and wake page memfd ride with it when status is 0.
+// The first message each side sends; its link's pool memfd, doorbell
+// eventfd and wake page memfd ride with it when status is 0.
 struct Hello {
   uint64_t magic;
   uint32_t version;
   uint32_t role;   // ShmRole
   int32_t pid;     // as the sender sees itself (for logs)
   int32_t status;  // 0, or the -errno its local setup failed with
+  uint64_t arena_offset;   // the channel's arena, in the sender's pool
   uint64_t arena_size;
   uint64_t probe_address;  // where the sender's probe word is, in its address space
   uint64_t link_id;        // its OwnDoorbell's: the same for every hello of the link
   uint32_t wake_slot;      // the channel's slot on its doorbell
   uint32_t reserved;
 };
-static_assert(sizeof(Hello) == 56, "the size establish() documents");
+static_assert(sizeof(Hello) == 64, "the size establish() documents");
 
 // The second: whether the sender could read the other's memory.
 using Verdict = int32_t;
@@ -107,11 +108,13 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
   int ours_fds[kHelloFds] = {-1, -1, -1};
   if (local_status == 0) {
     const OwnDoorbell& doorbell = transport->peer_->own_doorbell();
-    ours.arena_size = transport->local_->layout().size;
-    ours.probe_address = reinterpret_cast<uintptr_t>(&transport->local_->control().probe_word);
+    const ChannelFacts half = transport->half();
+    ours.arena_offset = half.arena_offset;
+    ours.arena_size = half.arena_size;
+    ours.probe_address = half.probe_address;
     ours.link_id = doorbell.link_id();
-    ours.wake_slot = static_cast<uint32_t>(transport->own_slot_);
-    ours_fds[0] = transport->local_->fd();
+    ours.wake_slot = half.wake_slot;
+    ours_fds[0] = transport->peer_->own_pool()->fd();
     ours_fds[1] = doorbell.doorbell_fd();
     ours_fds[2] = doorbell.page_fd();
   }
@@ -148,6 +151,7 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
   else if (fds_received != kHelloFds)
     verdict = -EPROTO;
   else {
+    peer.arena_offset = theirs.arena_offset;
     peer.arena_size = theirs.arena_size;
     peer.probe_address = theirs.probe_address;
     peer.link_id = theirs.link_id;
@@ -175,17 +179,60 @@ int ShmTransport::establish(int side_channel_fd, ShmRole role, pid_t peer_pid,
   return 0;
 }
 
+int ShmTransport::open_on_link(std::shared_ptr<PeerProcess> link, const ShmOptions& options,
+                               std::unique_ptr<ShmTransport>& out) {
+  ErrnoGuard errno_guard;
+  if (link == nullptr || !options_valid(options)) return -EINVAL;
+  auto transport = std::make_unique<ShmTransport>(ConstructionKey{}, options);
+  transport->peer_ = std::move(link);
+  if (int error = transport->set_up_with_peer(); error < 0) {
+    explain_failure(transport->peer_->pid(), "setting up our side", error);
+    return error;
+  }
+  out = std::move(transport);
+  return 0;
+}
+
+ChannelFacts ShmTransport::half() const {
+  ChannelFacts facts{};
+  facts.arena_offset = local_->pool_offset();
+  facts.arena_size = local_->layout().size;
+  facts.probe_address = reinterpret_cast<uintptr_t>(&local_->control().probe_word);
+  facts.wake_slot = static_cast<uint32_t>(own_slot_);
+  return facts;
+}
+
+int ShmTransport::attach_half(const ChannelFacts& facts) {
+  ErrnoGuard errno_guard;
+  if (facts.wake_slot >= kLinkChannels) return -EPROTO;
+  const PeerProcess::PeerLink link = peer_->peer_link();
+  if (link.pool == nullptr || link.doorbell == nullptr) return -ENOTCONN;
+  int error = attach_arena(link.pool, facts.arena_offset, facts.arena_size, facts.probe_address);
+  if (error == 0) {
+    peer_doorbell_ = link.doorbell;
+    peer_slot_ = facts.wake_slot;
+  } else {
+    explain_failure(peer_->pid(), "attaching to the peer's channel", error);
+  }
+  return error;
+}
+
 int ShmTransport::set_up_local(pid_t peer_pid) {
+  if (int error = share_peer_process(peer_pid, peer_); error < 0) return error;
+  return set_up_with_peer();
+}
+
+int ShmTransport::set_up_with_peer() {
   page_ = process_page();
   epoch_ = current_epoch();
   if (page_ == nullptr || epoch_ == 0) return -ENOMEM;
-  if (int error = grant_.acquire(peer_pid, page_, epoch_); error < 0) return error;
-  if (int error = share_peer_process(peer_pid, peer_); error < 0) return error;
+  if (int error = grant_.acquire(peer_->pid(), page_, epoch_); error < 0) return error;
   own_slot_ = peer_->own_doorbell().add_channel();
   if (own_slot_ < 0) return static_cast<int>(own_slot_);
   std::unique_ptr<LocalArena> arena;
-  if (int error = LocalArena::create(
-          ArenaLayout::make(options_.notification_capacity, options_.ring_size), arena);
+  if (int error = LocalArena::create(peer_->own_pool(),
+                                     ArenaLayout::make(options_.notification_capacity, options_.ring_size),
+                                     page_, epoch_, arena);
       error < 0)
     return error;
   local_ = std::move(arena);
@@ -197,29 +244,44 @@ int ShmTransport::set_up_local(pid_t peer_pid) {
   return 0;
 }
 
+int ShmTransport::attach_arena(std::shared_ptr<PeerPool> pool, uint64_t offset, uint64_t size,
+                               uint64_t probe_address) {
+  if (int error = PeerArena::map(std::move(pool), offset, size, page_, epoch_, peer_arena_); error < 0)
+    return error;
+  outbox_ = ImmediateSender(&peer_arena_->inbox(), peer_arena_->inbox_slots(),
+                            peer_arena_->layout(), &peer_arena_->control().inbox_head);
+  // The probe: the word we see in its pool must be at the address it gave,
+  // in the process the pid (checked by the pidfd) names.
+  uint64_t word = 0;
+  const iovec into{&word, sizeof(word)};
+  if (int error = peer_->read({&into, 1}, probe_address, sizeof(word)); error < 0) return error;
+  if (word != peer_arena_->control().probe_word) return -EPROTO;
+  peer_probe_address_ = probe_address;
+  return 0;
+}
+
 int ShmTransport::attach_peer(PeerHello& hello) {
   for (const UniqueFd& fd : hello.fds)
     if (!fd.valid()) return -EPROTO;
   if (hello.wake_slot >= kLinkChannels) return -EPROTO;
-  if (int error = PeerArena::map(hello.fds[0].get(), peer_arena_); error < 0) return error;
-  if (peer_arena_->layout().size != hello.arena_size) return -EPROTO;
-
-  outbox_ = ImmediateSender(&peer_arena_->inbox(), peer_arena_->inbox_slots(),
-                            peer_arena_->layout(), &peer_arena_->control().inbox_head);
-  // The probe: the word we see in its memfd must be at the address it gave,
-  // in the process the pid (checked by the pidfd) names.
-  uint64_t word = 0;
-  const iovec into{&word, sizeof(word)};
-  if (int error = peer_->read({&into, 1}, hello.probe_address, sizeof(word)); error < 0)
-    return error;
-  if (word != peer_arena_->control().probe_word) return -EPROTO;
-  // Only a hello proved to be the peer's may replace the link's doorbell.
-  if (int error = peer_->peer_doorbell(hello.link_id, std::move(hello.fds[1]), hello.fds[2].get(),
-                                       peer_doorbell_);
+  // The link known is used if the hello names it; a new one only once the
+  // probe has proved this hello the peer's.
+  std::shared_ptr<PeerPool> pool = peer_->known_peer_pool(hello.link_id);
+  const bool new_link = pool == nullptr;
+  if (new_link) {
+    pool = std::make_shared<PeerPool>();
+    if (int error = pool->attach(std::move(hello.fds[0])); error < 0) return error;
+  }
+  if (int error = attach_arena(pool, hello.arena_offset, hello.arena_size, hello.probe_address);
       error < 0)
     return error;
+  PeerProcess::PeerLink link;
+  if (int error = peer_->adopt_peer_link(hello.link_id, std::move(hello.fds[1]), hello.fds[2].get(),
+                                         new_link ? std::move(pool) : nullptr, link);
+      error < 0)
+    return error;
+  peer_doorbell_ = link.doorbell;
   peer_slot_ = hello.wake_slot;
-  peer_probe_address_ = hello.probe_address;
   return 0;
 }
 

@@ -100,7 +100,6 @@ void ShmTransport::peer_exited() {
 
 int ShmTransport::map_receive_ring(size_t length, stream::MappedMemory& ring) {
   if (!in_owner_process()) return kForkedStatus;
-  ErrnoGuard errno_guard;
   return local_->map_ring(length, ring);
 }
 

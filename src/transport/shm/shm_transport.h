@@ -4,12 +4,15 @@
 // engine over it unchanged.
 //
 // How it maps the RC queue-pair model (docs/stream-engine.md, "shm transport"):
-// - Each endpoint creates an *arena* (arena_layout.h): a sealed memfd holding
-//   its control block and registration table, its inbox of immediates, and
-//   its receive ring. The two exchange arenas over the side channel
-//   (SCM_RIGHTS) and map each other's, and close the memfds. No name in
-//   /dev/shm; the memory goes when both have unmapped it (closed, destroyed,
-//   or died).
+// - Each endpoint takes an *arena* (arena_layout.h) from its pool with the
+//   peer process (link_pool.h: one memfd per process and peer, shared by
+//   all their channels): its control block and registration table, its
+//   inbox of immediates, and its receive ring. The first channel between
+//   two processes (establish) passes each side's pool over the side channel
+//   (SCM_RIGHTS); later ones (open_on_link) only tell each other where
+//   their arenas lie, in the link's mailbox (link_channels.h). No name in
+//   /dev/shm; the memory goes when both processes have let go of the pool
+//   (or died).
 // - post_write is a memcpy into the peer's ring (the engine maps its ring
 //   through map_receive_ring, so it lies in our arena) and, with an
 //   immediate, a push into the peer's inbox and a release store: no system
@@ -71,6 +74,7 @@
 #include "transport/shm/local_arena.h"
 #include "transport/shm/peer_arena.h"
 #include "transport/shm/peer_process.h"
+#include "transport/shm/pool_header.h"
 #include "transport/shm/process_page.h"
 #include "transport/shm/ptracer_grant.h"
 #include "transport/shm/registration_table.h"
@@ -132,6 +136,17 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   static int establish(int side_channel_fd, ShmRole role, pid_t peer_pid, const ShmOptions& options,
                        std::unique_ptr<ShmTransport>& out);
 
+  // A channel on an existing link (one whose peer's pool a hello gave:
+  // PeerProcess::peer_link): our side now, the peer's half later with
+  // attach_half. 0, or -errno with one warning logged.
+  static int open_on_link(std::shared_ptr<PeerProcess> link, const ShmOptions& options,
+                          std::unique_ptr<ShmTransport>& out);
+  // Our half for the peer (its endpoint fields left to the caller: the stream's).
+  ChannelFacts half() const;
+  // The peer's half, from its link message: maps its arena and proves it
+  // the peer's (its probe word); 0, or -errno with one warning logged.
+  int attach_half(const ChannelFacts& facts);
+
   ShmTransport(ConstructionKey, const ShmOptions& options);
   ~ShmTransport() override;
   ShmTransport(const ShmTransport&) = delete;
@@ -175,20 +190,25 @@ class ShmTransport final : public stream::Transport, private PeerExitListener {
   void peer_exited() override;
 
   // --- shm_establish.cc ---
-  // Our arena, the shared peer process and our slot on its link; 0 or -errno.
+  // The shared peer process, our slot on its link and our arena; 0 or -errno.
   int set_up_local(pid_t peer_pid);
-  // What the peer's hello brought (its fds, in order: arena, doorbell, wake page).
+  int set_up_with_peer();
+  // What the peer's hello brought (its fds, in order: pool, doorbell, wake page).
   struct PeerHello {
     UniqueFd fds[3];
+    uint64_t arena_offset;
     uint64_t arena_size;
     uint64_t probe_address;
     uint64_t link_id;
     uint32_t wake_slot;
   };
-  // Maps the peer's arena, takes its doorbell, and proves, by reading its
-  // probe word with process_vm_readv, that the pid is the arena's owner and
-  // readable.
+  // Maps the peer's arena (from the link's pool, or the hello's for a new
+  // link), takes its doorbell, and proves, by reading its probe word with
+  // process_vm_readv, that the pid is the arena's owner and readable.
   int attach_peer(PeerHello& hello);
+  // The arena part of it: 0 or -errno.
+  int attach_arena(std::shared_ptr<PeerPool> pool, uint64_t offset, uint64_t size,
+                   uint64_t probe_address);
 
   // --- shm_transport.cc ---
   bool in_owner_process() const { return in_epoch(page_, epoch_); }
