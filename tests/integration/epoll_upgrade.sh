@@ -168,17 +168,23 @@ strict_run() { # strict_run ROUND
   local server_pid=$!
   PIDS+=("$server_pid")
   for _ in $(seq 200); do [[ -s $port_file ]] && break; sleep 0.1; done
-  local echoed server_status=0
+  local echoed="" server_status=0 client_status=0 port=""
+  [[ -s $port_file ]] && port=$(cat "$port_file")
   echoed=$("$RUN" --library "$LIBRARY" --log-level info --set shm_upgrade_delay=0 \
              --log-file "$WORK/strict.$1.client.log" -- \
-             timeout -k 5 60 python3 "$STRICT" client "$(cat "$port_file")" 48 20 5 2>"$WORK/strict.$1.client.out")
+             timeout -k 5 60 python3 "$STRICT" client "${port:-0}" 48 20 5 2>"$WORK/strict.$1.client.out") ||
+    client_status=$?
   wait "$server_pid" || server_status=$?
   local upgrades
-  upgrades=$(grep -c "upgraded to shared memory" "$WORK/strict.$1.server.log" || true)
-  if [[ $server_status != 0 || $echoed != 61440 || $upgrades != 48 ]]; then
-    fail "strict selectors server, round $1: server $server_status, $echoed of 61440 bytes echoed," \
-         "$upgrades of 48 upgraded"
-    tail -3 "$WORK/strict.$1.server.out" >&2
+  upgrades=$(grep -c "upgraded to shared memory" "$WORK/strict.$1.server.log" 2>/dev/null || true)
+  if [[ $server_status != 0 || $client_status != 0 || $echoed != 61440 || $upgrades != 48 ]]; then
+    fail "strict selectors server, round $1: port '${port}', server $server_status, client" \
+         "$client_status, ${echoed:-0} of 61440 bytes echoed, $upgrades of 48 upgraded"
+    local each
+    for each in server.out client.out server.log client.log; do
+      echo "--- strict.$1.$each (last lines)" >&2
+      tail -5 "$WORK/strict.$1.$each" >&2 2>/dev/null || true
+    done
     return
   fi
   pass "strict selectors server, round $1: 48 connections x 20 messages echoed, all upgraded," \
