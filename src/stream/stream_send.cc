@@ -25,8 +25,11 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
   // Bytes of the current piece to copy even though it is large enough for a
   // rendezvous (its registration failed).
   uint64_t copy_anyway = 0;
-  // A blocking send waits room_patience for credit once; then what the
-  // ring has no room for goes into the send backlog at once.
+  // A blocking send waits for credit once, as long as it takes to ask the
+  // peer's engine for room (room_patience after the stall) and as long again
+  // for its answer; then what the ring has no room for goes into the send
+  // backlog at once. So the peer's receive backlog fills before ours: bytes
+  // there outlive our process, as TCP's in the kernel do; ours do not.
   bool waited_for_room = false;
   for (;;) {
     StateLock send_lock(send_mutex_);
@@ -120,7 +123,7 @@ ssize_t Stream::send(std::span<const iovec> data, int flags, Blocking blocking) 
       std::optional<Clock::time_point> deadline = blocking.deadline();
       bool patience_ends = false;
       if (!waited_for_room && settings_.send_backlog_limit != 0) {
-        const auto patience_end = Clock::now() + settings_.room_patience;
+        const auto patience_end = Clock::now() + 2 * settings_.room_patience;
         if (!deadline || patience_end < *deadline) {
           deadline = patience_end;
           patience_ends = true;
