@@ -151,7 +151,8 @@ void OwnPool::trim() {
   }
 }
 
-int OwnPool::take(uint64_t size, uint64_t& offset, std::byte*& address, bool& reused) {
+int OwnPool::take(uint64_t size, uint64_t& offset, std::byte*& address, bool& reused,
+                  uint32_t& registration_slots_used) {
   const uint64_t size_class = pool_size_class(size);
   if (size_class == 0) return -EINVAL;
   std::lock_guard lock(mutex_);
@@ -160,6 +161,7 @@ int OwnPool::take(uint64_t size, uint64_t& offset, std::byte*& address, bool& re
   const auto reusable = std::find_if(free_.rbegin(), free_.rend(),
                                      [size_class](const Arena& arena) { return arena.size_class == size_class; });
   reused = reusable != free_.rend() && !reusable->punched;
+  registration_slots_used = reused ? reusable->registration_slots_used : 0;
   if (reusable != free_.rend()) {
     offset = reusable->offset;
     free_.erase(std::next(reusable).base());
@@ -181,9 +183,10 @@ int OwnPool::take(uint64_t size, uint64_t& offset, std::byte*& address, bool& re
   return 0;
 }
 
-void OwnPool::give_back(uint64_t offset, uint64_t size, uint64_t ring_offset) {
+void OwnPool::give_back(uint64_t offset, uint64_t size, uint64_t ring_offset,
+                        uint32_t registration_slots_used) {
   std::lock_guard lock(mutex_);
-  waiting_.push_back({offset, pool_size_class(size), ring_offset, false});
+  waiting_.push_back({offset, pool_size_class(size), ring_offset, registration_slots_used, false});
 }
 
 int PeerPool::attach(UniqueFd fd) {

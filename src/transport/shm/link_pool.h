@@ -81,11 +81,15 @@ class OwnPool {
   // Room for an arena of `size` bytes: its offset and address, and whether
   // it was another channel's (then it holds what that one left, in its
   // first part and perhaps its ring; else it is zeroed), or -errno
-  // (-ENOSPC: the pool is at kLargestPool).
-  int take(uint64_t size, uint64_t& offset, std::byte*& address, bool& reused);
-  // The arena's channel ended here (what the arena's ring holds is dead):
-  // reused once the peer lets go of it.
-  void give_back(uint64_t offset, uint64_t size, uint64_t ring_offset);
+  // (-ENOSPC: the pool is at kLargestPool). Of a reused one, the
+  // registration slots its last channel published (what give_back was told).
+  int take(uint64_t size, uint64_t& offset, std::byte*& address, bool& reused,
+           uint32_t& registration_slots_used);
+  // The arena's channel ended here (what the arena's ring holds is dead),
+  // having published `registration_slots_used` slots of its table: reused
+  // once the peer lets go of it.
+  void give_back(uint64_t offset, uint64_t size, uint64_t ring_offset,
+                 uint32_t registration_slots_used);
   // Returns the pages of arenas given back, but for kWarmPoolBytes of them.
   void trim();
   // Bytes of arenas given back whose pages are still ours.
@@ -96,6 +100,7 @@ class OwnPool {
     uint64_t offset;
     uint64_t size_class;
     uint64_t ring_offset;
+    uint32_t registration_slots_used;
     bool punched;  // every page returned (free arenas) or the ring's (waiting ones)
   };
   // Arenas the peer has let go of since they were given back, made free.

@@ -13,7 +13,9 @@ int LocalArena::create(std::shared_ptr<OwnPool> pool, const ArenaLayout& layout,
   auto made = std::make_unique<LocalArena>();
   std::byte* base = nullptr;
   bool reused = false;
-  if (int error = pool->take(layout.size, made->offset_, base, reused); error < 0) return error;
+  uint32_t registrations_left = 0;
+  if (int error = pool->take(layout.size, made->offset_, base, reused, registrations_left); error < 0)
+    return error;
   made->pool_ = std::move(pool);
   made->page_ = page;
   made->epoch_ = epoch;
@@ -21,8 +23,15 @@ int LocalArena::create(std::shared_ptr<OwnPool> pool, const ArenaLayout& layout,
   made->base_ = base;
   // A reused arena holds its last channel's control, registrations and
   // inbox: every atomic starts from zero again (a fresh one is zero, and
-  // its pages are touched only as they are used).
-  if (reused) std::memset(static_cast<void*>(base), 0, layout.ring_offset);
+  // its pages are touched only as they are used). Of the table, only the
+  // slots the last channel published; the inbox's slots are read only below
+  // its tail, which starts from zero.
+  if (reused) {
+    std::memset(static_cast<void*>(base), 0, kRegistrationTableOffset);
+    std::memset(static_cast<void*>(base + kRegistrationTableOffset), 0,
+                size_t{registrations_left} * sizeof(RegistrationEntry));
+    std::memset(static_cast<void*>(base + layout.inbox_offset), 0, sizeof(InboxHeader));
+  }
   auto* control = new (base) ControlBlock{};
   control->magic = kArenaMagic;
   control->version = kLayoutVersion;
@@ -35,7 +44,7 @@ int LocalArena::create(std::shared_ptr<OwnPool> pool, const ArenaLayout& layout,
 
 LocalArena::~LocalArena() {
   if (base_ != nullptr && in_epoch(page_, epoch_))
-    pool_->give_back(offset_, layout_.size, layout_.ring_offset);
+    pool_->give_back(offset_, layout_.size, layout_.ring_offset, registration_slots_used_);
 }
 
 int LocalArena::map_ring(size_t length, stream::MappedMemory& ring) {

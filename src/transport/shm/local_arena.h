@@ -42,6 +42,13 @@ class LocalArena {
                                                           kInboxSlotsOffset);
   }
 
+  // The registration table's slots below the highest one published (by the
+  // publisher, under its lock): what a later channel in this arena must
+  // clear, and all the table that was ever touched.
+  void note_registration_slot(uint32_t slot) {
+    if (slot >= registration_slots_used_) registration_slots_used_ = slot + 1;
+  }
+  uint32_t registration_slots_used() const { return registration_slots_used_; }
   // Lends the first `length` bytes of the ring part to `ring` (once, before
   // any registration of it); 0 or -errno.
   int map_ring(size_t length, stream::MappedMemory& ring);
@@ -58,6 +65,7 @@ class LocalArena {
   std::byte* base_ = nullptr;
   const std::byte* ring_address_ = nullptr;
   size_t ring_length_ = 0;
+  uint32_t registration_slots_used_ = 0;
 };
 
 }  // namespace qpsock::transport::shm

@@ -37,6 +37,7 @@ int64_t RegistrationPublisher::publish(const void* address, size_t length, Publi
     published.length.store(length);
     published.arena_offset.store(arena_offset);
     published.key.store(key);
+    arena_->note_registration_slot(slot);
     return key;
   }
   return -ENOSPC;
@@ -54,7 +55,10 @@ void RegistrationPublisher::revoke_all() {
   std::lock_guard lock(mutex_);
   if (!in_epoch(page_, epoch_)) return;
   closed_ = true;
-  for (uint32_t slot = 0; slot < kRegistrationSlots; ++slot) entry(slot).key.store(0);
+  // Only the slots ever published: the rest of the table is zero, and a
+  // channel that never registered leaves its pages untouched.
+  const uint32_t used = arena_->registration_slots_used();
+  for (uint32_t slot = 0; slot < used; ++slot) entry(slot).key.store(0);
 }
 
 int resolve_registration(const RegistrationEntry* table, stream::RemoteRegion region, size_t length,
