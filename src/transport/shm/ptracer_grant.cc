@@ -4,7 +4,9 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <thread>
 #include <utility>
 
@@ -27,15 +29,32 @@ class GrantLock {
   ProcessPage& page_;
 };
 
-}  // namespace
-
-int yama_ptrace_scope() {
+int read_yama_ptrace_scope() {
   const int fd = next::open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   char text[8] = {};
   const ssize_t got = next::read(fd, text, sizeof(text) - 1);
   close_descriptor(fd);
   return got > 0 && text[0] >= '0' && text[0] <= '9' ? text[0] - '0' : 0;
+}
+
+// The sysctl read once a second at most: every channel's setup asks, and
+// an administrator's change is seen within the second.
+constexpr auto kYamaRereadInterval = std::chrono::seconds{1};
+
+}  // namespace
+
+int yama_ptrace_scope() {
+  static std::atomic<int> scope{0};
+  static std::atomic<std::chrono::steady_clock::rep> read_at{0};
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  const auto last = read_at.load(std::memory_order_acquire);
+  if (last != 0 && now - last < std::chrono::steady_clock::duration(kYamaRereadInterval).count())
+    return scope.load(std::memory_order_relaxed);
+  const int read = read_yama_ptrace_scope();
+  scope.store(read, std::memory_order_relaxed);
+  read_at.store(now, std::memory_order_release);
+  return read;
 }
 
 PtracerGrant::~PtracerGrant() { release(); }

@@ -18,7 +18,8 @@
 
 namespace qpsock::transport::shm {
 
-// /proc/sys/kernel/yama/ptrace_scope, or 0 without Yama.
+// /proc/sys/kernel/yama/ptrace_scope, or 0 without Yama (read again once a
+// second at most).
 int yama_ptrace_scope();
 
 class PtracerGrant {
