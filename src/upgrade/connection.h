@@ -140,6 +140,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // still offered (a delayed upgrade begins early once enough moved).
   uint64_t offered_tcp_bytes() const { return offered_tcp_bytes_.load(std::memory_order_relaxed); }
 
+  // Server: the client's socket inode, once found on this host (a socket's
+  // peer never changes, so one SOCK_DIAG query serves every later look); 0
+  // until then.
+  void note_client_inode(uint64_t inode) { client_inode_.store(inode, std::memory_order_relaxed); }
+  uint64_t client_inode() const { return client_inode_.load(std::memory_order_relaxed); }
+
   // FIONREAD / SIOCINQ: the application's bytes waiting to be read.
   int readable_bytes(int fd, int& bytes);
   // SIOCOUTQ / TIOCOUTQ: bytes written and not yet taken by the peer.
@@ -294,6 +300,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static constexpr uint64_t kForkedWhileClaiming = ~uint64_t{0};
   std::atomic<uint64_t> forks_at_claim_{0};
   std::atomic<uint64_t> offered_tcp_bytes_{0};
+  std::atomic<uint64_t> client_inode_{0};
   // steady_clock ticks of a deferred claim; 0: none.
   std::atomic<std::chrono::steady_clock::rep> deferred_claim_at_{0};
   std::atomic<stats::Handle> statistics_{0};

@@ -53,9 +53,15 @@ bool locates_client_later() {
 
 // Whether a server's client is met on this host (its socket's inode in
 // `client_inode`): unless same_host = rdma sends every peer over RDMA. One
-// exact SOCK_DIAG query, which fails at once for a peer on another host.
-bool met_on_this_host(int fd, uint64_t& client_inode) {
-  return same_host_path() != config::SameHost::rdma && find_peer_socket_inode(fd, client_inode) == 0;
+// exact SOCK_DIAG query, which fails at once for a peer on another host;
+// none once the connection knows it.
+bool met_on_this_host(int fd, Connection& connection, uint64_t& client_inode) {
+  if (same_host_path() == config::SameHost::rdma) return false;
+  client_inode = connection.client_inode();
+  if (client_inode != 0) return true;
+  if (find_peer_socket_inode(fd, client_inode) != 0) return false;
+  connection.note_client_inode(client_inode);
+  return true;
 }
 
 // io_uring reads and writes sockets behind qpsock's back: true (declined,
@@ -90,7 +96,7 @@ void locate_client_in_worker(int fd, uint64_t socket_inode, const std::weak_ptr<
   KeptFd tcp;
   // Under a use of the socket's current number (the application may have renumbered it).
   const int result = read_socket(*connection, fd, socket_inode, [&](int kept) {
-    on_this_host = met_on_this_host(kept, client_inode);
+    on_this_host = met_on_this_host(kept, *connection, client_inode);
     return on_this_host ? 0 : server_meeting_addresses(kept, local, peer);
   }, tcp);
   if (result < 0) {
@@ -237,7 +243,7 @@ void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
   // Checked here, in the process that does the I/O (a forked child may differ).
   if (declined_for_io_uring(fd, *connection)) return;
   uint64_t client_inode = 0;
-  if (met_on_this_host(fd, client_inode)) {
+  if (met_on_this_host(fd, *connection, client_inode)) {
     if (same_host_path() == config::SameHost::kernel)
       decline_same_host_off(fd, *connection);
     else
@@ -332,7 +338,9 @@ void begin_server_upgrade_when_watched(int fd) {
   // Without the delay, a client on this host is met at the first I/O, in the
   // application's thread, and io_uring declined there with its line; with
   // it, both when the attempt begins.
-  if (!locates_client_later() && (met_on_this_host(fd, client_inode) || process_uses_io_uring())) return;
+  if (!locates_client_later() &&
+      (met_on_this_host(fd, *connection, client_inode) || process_uses_io_uring()))
+    return;
   if (!connection->claim_server_attempt()) return;
   if (locates_client_later())
     begin_server_upgrade(fd, connection);
