@@ -22,16 +22,13 @@ int LocalArena::create(std::shared_ptr<OwnPool> pool, const ArenaLayout& layout,
   made->layout_ = layout;
   made->base_ = base;
   // A reused arena holds its last channel's control, registrations and
-  // inbox: every atomic starts from zero again (a fresh one is zero, and
-  // its pages are touched only as they are used). Of the table, only the
-  // slots the last channel published; the inbox's slots are read only below
-  // its tail, which starts from zero.
-  if (reused) {
-    std::memset(static_cast<void*>(base), 0, kRegistrationTableOffset);
+  // inbox. The control block and inbox header are made anew below; of the
+  // table, the slots the last channel published are cleared (a fresh arena
+  // is zero, and its pages are touched only as they are used); the inbox's
+  // slots are read only below its tail, which starts from zero.
+  if (reused)
     std::memset(static_cast<void*>(base + kRegistrationTableOffset), 0,
                 size_t{registrations_left} * sizeof(RegistrationEntry));
-    std::memset(static_cast<void*>(base + layout.inbox_offset), 0, sizeof(InboxHeader));
-  }
   auto* control = new (base) ControlBlock{};
   control->magic = kArenaMagic;
   control->version = kLayoutVersion;
