@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/wiped_on_fork.h"
 #include "upgrade/connection.h"
 #include "upgrade/connection_registry.h"
 #include "upgrade/socket_identity.h"
@@ -21,12 +22,11 @@ struct ForkedChildren {
   std::atomic<pid_t> pids[kRemembered] = {};
 };
 
-ForkedChildren& children() {
-  // Never destroyed: forks may come from exit handlers.
-  alignas(ForkedChildren) static unsigned char storage[sizeof(ForkedChildren)];
-  static ForkedChildren* const instance = ::new (storage) ForkedChildren;
-  return *instance;
-}
+// A child starts with none of its own: zeroed at fork, and never written by
+// a forking server's parent at the cost of a copy-on-write fault.
+using ForkedChildrenMemory = WipedOnFork<ForkedChildren>;
+
+ForkedChildren& children() { return ForkedChildrenMemory::get(); }
 
 }  // namespace
 
@@ -45,10 +45,7 @@ void fork_finished(pid_t result) {
   ForkedChildren& all = children();
   if (result == 0) {
     // The child's own children are its to count; its parent's fork is over.
-    for (std::atomic<pid_t>& pid : all.pids) pid.store(0, std::memory_order_relaxed);
-    all.recorded.store(0, std::memory_order_relaxed);
-    all.forks_begun.store(0, std::memory_order_relaxed);
-    all.forks_ended.store(0, std::memory_order_release);
+    ForkedChildrenMemory::reset_in_child();
     return;
   }
   if (result > 0 && any_connections()) {

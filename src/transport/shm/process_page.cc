@@ -1,27 +1,17 @@
 #include "transport/shm/process_page.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <new>
 
 #include "common/random_word.h"
+#include "common/wiped_on_fork.h"
 
 namespace qpsock::transport::shm {
 namespace {
 
 ProcessPage* map_process_page() {
-  const size_t length = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  void* mapping =
-      ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapping == MAP_FAILED) return nullptr;
-  if (::madvise(mapping, length, MADV_WIPEONFORK) != 0) {
-    ::munmap(mapping, length);
-    return nullptr;
-  }
-  // Zeroed memory is the page's initial state (and a child's): nothing to run.
-  return new (mapping) ProcessPage{};
+  void* mapping = allocate_wiped_on_fork(sizeof(ProcessPage), alignof(ProcessPage));
+  // Zeroed memory is its initial state (and a child's): nothing to run.
+  return mapping != nullptr ? new (mapping) ProcessPage{} : nullptr;
 }
 
 uint64_t fresh_epoch() {

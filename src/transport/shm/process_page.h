@@ -1,7 +1,7 @@
-// One private page per process, wiped to zeros in a forked child
-// (MADV_WIPEONFORK). It answers "is this still the process that set the
-// transport up?" with one load, without a getpid() system call and without
-// pthread_atfork (a raw clone() or vfork-turned-fork is caught too), and it
+// A private piece of memory per process, wiped to zeros in a forked child
+// (MADV_WIPEONFORK, common/wiped_on_fork.h). It answers "is this still the
+// process that set the transport up?" with one load, without a getpid()
+// system call and without pthread_atfork (a raw clone() or vfork-turned-fork is caught too), and it
 // holds the Yama ptracer grant, which a child does not inherit either.
 #pragma once
 
