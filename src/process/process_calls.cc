@@ -37,7 +37,7 @@ void on_library_load() {
 
 void exit_immediately(ImmediateExit call, int status) {
   upgrade::connections_before_exit(stream::Stream::ExitCall::underscore_exit);
-  stats::before_image_ends();
+  stats::before_immediate_exit();
   if (call == ImmediateExit::underscore_capital_exit) next::_Exit(status);
   next::_exit(status);
   __builtin_unreachable();

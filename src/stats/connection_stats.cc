@@ -34,4 +34,6 @@ void after_fork(pid_t result) {
 
 void before_image_ends() { process_registry().release_all(); }
 
+void before_immediate_exit() { process_registry().release_all(true); }
+
 }  // namespace qpsock::stats

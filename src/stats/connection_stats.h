@@ -62,9 +62,11 @@ inline void close_connection(Handle handle) { process_registry().close(handle); 
 // Around fork(2) (the fork wrapper).
 void before_fork();
 void after_fork(pid_t result);
-// Before exec, _exit or _Exit (perhaps in a signal handler: lock-free,
-// atomics and an unlink): what a normal exit does, so that the file does not
-// stay behind for qpsock-stat to remove.
+// Before exec (lock-free, atomics and an unlink): what a normal exit does,
+// so that the file does not stay behind for qpsock-stat to remove.
 void before_image_ends();
+// The same before _exit or _Exit (perhaps in a signal handler), after which
+// nothing of the image runs.
+void before_immediate_exit();
 
 }  // namespace qpsock::stats

@@ -12,6 +12,7 @@
 
 #include "common/errno_guard.h"
 #include "common/log.h"
+#include "common/wiped_on_fork.h"
 #include "stats/runtime_directory.h"
 #include "stats/slot_text.h"
 
@@ -42,30 +43,14 @@ void store_endpoint(const sockaddr* address, uint8_t& family, uint16_t& port, ui
   }
 }
 
-// The private memory of a view: the references, the held bits, then a bit
-// per word of those.
-size_t references_bytes(uint32_t slot_count) {
-  return (slot_count * sizeof(std::atomic<uint32_t>) + 7) / 8 * 8;
-}
-uint32_t held_word_count(uint32_t slot_count) { return (slot_count + 63) / 64; }
-size_t private_bytes(uint32_t slot_count) {
-  const uint32_t words = held_word_count(slot_count);
-  return references_bytes(slot_count) + (words + (words + 63) / 64) * sizeof(std::atomic<uint64_t>);
+uint32_t group_count(uint32_t slot_count) { return (slot_count + 63) / 64; }
+size_t held_groups_bytes(uint32_t slot_count) {
+  return (group_count(slot_count) + 63) / 64 * sizeof(std::atomic<uint64_t>);
 }
 
 uint64_t held_bit(uint32_t index) { return uint64_t{1} << (index % 64); }
 
-// The word's bit goes up after the slot's: a visit that takes a word's bit
-// down looks at the word again afterwards (visit_held), so seq_cst keeps
-// either the slot's bit in its sight or the word's bit up.
-void set_held(std::atomic<uint64_t>* held, std::atomic<uint64_t>* held_words, uint32_t index) {
-  held[index / 64].fetch_or(held_bit(index));
-  held_words[index / 64 / 64].fetch_or(held_bit(index / 64));
-}
-
-void clear_held(std::atomic<uint64_t>* held, uint32_t index) {
-  held[index / 64].fetch_and(~held_bit(index), std::memory_order_relaxed);
-}
+constexpr size_t state_bytes() { return 64; }
 
 // Slots [0, used_slots) have ever been claimed: raises the mark to index + 1.
 void note_used(format::FileHeader& header, uint32_t index) {
@@ -75,7 +60,40 @@ void note_used(format::FileHeader& header, uint32_t index) {
   }
 }
 
+// This process's pid, read once: 0 in a fresh child (wiped).
+struct ProcessId {
+  std::atomic<pid_t> pid;
+};
+using ProcessIdMemory = WipedOnFork<ProcessId>;
+
+pid_t current_pid() {
+  std::atomic<pid_t>& cached = ProcessIdMemory::get().pid;
+  pid_t pid = cached.load(std::memory_order_relaxed);
+  if (pid == 0) [[unlikely]] {
+    pid = getpid();
+    cached.store(pid, std::memory_order_relaxed);
+  }
+  return pid;
+}
+
 }  // namespace
+
+// The state, the bits per group, the groups: all 8-byte aligned.
+size_t Registry::private_bytes(uint32_t slot_count) {
+  return state_bytes() + held_groups_bytes(slot_count) + group_count(slot_count) * sizeof(SlotGroup);
+}
+
+// The group's bit goes up after the slot's: a visit that takes a group's bit
+// down looks at the group again afterwards (visit_held), so seq_cst keeps
+// either the slot's bit in its sight or the group's bit up.
+void Registry::View::set_held(uint32_t index) const {
+  held(index / 64).fetch_or(held_bit(index));
+  held_groups[index / 64 / 64].fetch_or(held_bit(index / 64));
+}
+
+void Registry::View::clear_held(uint32_t index) const {
+  held(index / 64).fetch_and(~held_bit(index), std::memory_order_relaxed);
+}
 
 Registry::Registry(const char* directory, uint32_t slot_count)
     : directory_(directory), slot_count_(slot_count) {}
@@ -83,40 +101,35 @@ Registry::Registry(const char* directory, uint32_t slot_count)
 Registry::~Registry() {
   release_all();
   for (View& view : views_) {
-    if (!view.mapped_here) continue;
+    if (view.mine == nullptr || !view.mine->load(std::memory_order_relaxed)) continue;
     unmap_stats_file(view.file);
-    munmap(view.references, private_bytes(view.slot_count));
+    munmap(view.state, private_bytes(view.slot_count));
   }
 }
 
-pid_t Registry::current_pid() {
-  pid_t pid = pid_.load(std::memory_order_relaxed);
-  if (pid == 0) [[unlikely]] {
-    pid = getpid();
-    pid_.store(pid, std::memory_order_relaxed);
-  }
-  return pid;
+bool Registry::owns(int view) const {
+  return view >= 0 && views_[view].mine != nullptr && views_[view].mine->load(std::memory_order_relaxed);
 }
 
 const char* Registry::file_path() const {
   int view = own_view_.load(std::memory_order_acquire);
-  return view >= 0 ? views_[view].file.path : "";
+  return owns(view) ? views_[view].file.path : "";
 }
 
 const format::FileHeader* Registry::header() const {
   int view = own_view_.load(std::memory_order_acquire);
-  return view >= 0 ? format::header_of(views_[view].file.mapping) : nullptr;
+  return owns(view) ? format::header_of(views_[view].file.mapping) : nullptr;
 }
 
 int Registry::own_view() {
   int view = own_view_.load(std::memory_order_acquire);
-  if (view >= 0) [[likely]] return view;
-  if (view != kNoFile) return -1;  // another thread is making it (rare), or none can be made
-  return create_own_view();
+  if (owns(view)) [[likely]] return view;
+  // The view a forked child inherited is its parent's: it makes its own.
+  if (view != kNoFile && view < 0) return -1;  // another thread is making it (rare), or none can be made
+  return create_own_view(view);
 }
 
-int Registry::create_own_view() {
-  int expected = kNoFile;
+int Registry::create_own_view(int expected) {
   // One thread makes the file. Others (or a signal handler interrupting the
   // maker) do not wait for it: their connection is simply not recorded.
   if (!own_view_.compare_exchange_strong(expected, kCreating, std::memory_order_acq_rel)) return -1;
@@ -130,14 +143,14 @@ int Registry::create_own_view() {
                             ? snprintf(directory, sizeof(directory), "%s", directory_) > 0
                             : prepare_runtime_directory(directory, sizeof(directory));
   View* view = free_view >= 0 ? &views_[free_view] : nullptr;
-  void* references = MAP_FAILED;
+  void* memory = MAP_FAILED;
   if (view != nullptr && have_directory) {
-    references = mmap(nullptr, private_bytes(slot_count_), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memory = mmap(nullptr, private_bytes(slot_count_), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                  -1, 0);
   }
-  if (references == MAP_FAILED ||
+  if (memory == MAP_FAILED ||
       !create_stats_file(directory, identify_this_process(), slot_count_, view->file)) {
-    if (references != MAP_FAILED) munmap(references, private_bytes(slot_count_));
+    if (memory != MAP_FAILED) munmap(memory, private_bytes(slot_count_));
     QPSOCK_LOG(info, "connection statistics are off: no statistics file in %s (%s)",
                have_directory ? directory : "any runtime directory",
                view == nullptr ? "too many inherited files" : strerror(errno));
@@ -145,14 +158,18 @@ int Registry::create_own_view() {
     return -1;
   }
   view->slot_count = slot_count_;
-  // held before references: the fork steps look at a view once references is set.
-  view->held = reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(references) +
-                                                         references_bytes(slot_count_));
-  view->held_words = view->held + held_word_count(slot_count_);
-  view->references = static_cast<std::atomic<uint32_t>*>(references);
-  view->cursor.store(0, std::memory_order_relaxed);
-  view->mapped_here = true;
-  current_pid();
+  static_assert(sizeof(ViewState) <= state_bytes() && state_bytes() % alignof(SlotGroup) == 0);
+  static_assert(kViews < 8, "a handle keeps view + 1 in three bits");
+  view->state = ::new (memory) ViewState{};
+  char* const after_state = static_cast<char*>(memory) + state_bytes();
+  view->held_groups = reinterpret_cast<std::atomic<uint64_t>*>(after_state);
+  // A child forked from here on finds `mine` false: zeroed, or cleared by after_fork_in_child.
+  void* wiped = allocate_wiped_on_fork(sizeof(std::atomic<bool>), alignof(std::atomic<bool>));
+  view->mine = wiped != nullptr ? ::new (wiped) std::atomic<bool>{} : &view->state->mine_unwiped;
+  view->mine->store(true, std::memory_order_relaxed);
+  // Last: the fork steps look at a view once its groups are set.
+  view->groups.store(reinterpret_cast<SlotGroup*>(after_state + held_groups_bytes(slot_count_)),
+                     std::memory_order_release);
   own_view_.store(free_view, std::memory_order_release);
   QPSOCK_LOG(debug, "connection statistics in %s", view->file.path);
   return free_view;
@@ -166,7 +183,7 @@ Handle Registry::open(const sockaddr* local, const sockaddr* peer, Role role, Pa
   format::FileHeader& header = *format::header_of(view.file.mapping);
   format::Slot* slots = format::slots_of(view.file.mapping);
   for (uint32_t attempt = 0; attempt < view.slot_count; ++attempt) {
-    const uint32_t index = view.cursor.fetch_add(1, std::memory_order_relaxed) % view.slot_count;
+    const uint32_t index = view.state->cursor.fetch_add(1, std::memory_order_relaxed) % view.slot_count;
     format::Slot& slot = slots[index];
     uint64_t state = slot.state.load(std::memory_order_relaxed);
     if (format::state_of(state) != format::SlotState::free) continue;
@@ -189,8 +206,8 @@ Handle Registry::open(const sockaddr* local, const sockaddr* peer, Role role, Pa
     slot.users[0].store(current_pid(), std::memory_order_relaxed);
     copy_text(slot.decision, sizeof(slot.decision), decision);
     write_reason(slot, reason);
-    set_held(view.held, view.held_words, index);
-    view.references[index].store(1, std::memory_order_relaxed);
+    view.set_held(index);
+    view.references(index).store(1, std::memory_order_relaxed);
     note_used(header, index);
     slot.state.store(format::make_state(generation, format::SlotState::open), std::memory_order_release);
     return make_handle(view_index, index, generation);
@@ -230,8 +247,8 @@ void Registry::add_reference(Handle handle) {
     View& view = views_[view_of(handle)];
     // Counted first: a last reference dropped meanwhile then keeps its bit
     // (drop_reference), or this sets it again.
-    view.references[handle_index(handle)].fetch_add(1, std::memory_order_relaxed);
-    set_held(view.held, view.held_words, handle_index(handle));
+    view.references(handle_index(handle)).fetch_add(1, std::memory_order_relaxed);
+    view.set_held(handle_index(handle));
   }
 }
 
@@ -240,7 +257,7 @@ void Registry::close(Handle handle) {
 }
 
 void Registry::drop_reference(View& view, uint32_t index) {
-  std::atomic<uint32_t>& references = view.references[index];
+  std::atomic<uint32_t>& references = view.references(index);
   uint32_t count = references.load(std::memory_order_relaxed);
   do {
     if ((count & ~kForkMark) == 0) return;  // nothing held (after exec failed, say)
@@ -249,16 +266,16 @@ void Registry::drop_reference(View& view, uint32_t index) {
   // The bit goes only with nothing left: a slot marked for a fork keeps it,
   // for the fork's later steps to visit (in the parent and the child).
   if (count - 1 == 0) {
-    clear_held(view.held, index);
+    view.clear_held(index);
     // Another thread's dup or a fork's mark may have come meanwhile.
-    if (references.load(std::memory_order_relaxed) != 0) set_held(view.held, view.held_words, index);
+    if (references.load(std::memory_order_relaxed) != 0) view.set_held(index);
   }
   format::Slot& slot = format::slots_of(view.file.mapping)[index];
   leave(slot, slot.state.load(std::memory_order_acquire));
   // The next open looks here first: a process whose connections come and
   // go keeps to a few slots (pages touched, and rows qpsock-stat scans).
   if (format::state_of(slot.state.load(std::memory_order_relaxed)) == format::SlotState::free)
-    view.cursor.store(index, std::memory_order_relaxed);
+    view.state->cursor.store(index, std::memory_order_relaxed);
 }
 
 void Registry::join(format::Slot& slot) {
@@ -290,87 +307,88 @@ void Registry::free_if_unused(format::Slot& slot, uint64_t state) {
 
 template <typename Visit>
 void Registry::visit_held(const View& view, Visit visit) {
-  if (view.held == nullptr) return;
-  // One visit at a time takes word bits down; a visit that met another
-  // under way reads every word, since a bit it finds down may be one the
+  if (view.group_array() == nullptr) return;
+  // One visit at a time takes group bits down; a visit that met another
+  // under way reads every group, since a bit it finds down may be one the
   // other took down for a moment.
-  const bool alone = !visiting_.exchange(true);
-  const uint32_t word_count = held_word_count(view.slot_count);
-  const uint32_t summaries = (word_count + 63) / 64;
+  const bool alone = !view.state->visiting.exchange(true);
+  const uint32_t groups = group_count(view.slot_count);
+  const uint32_t summaries = (groups + 63) / 64;
   for (uint32_t summary = 0; summary < summaries; ++summary) {
-    uint64_t words = alone ? view.held_words[summary].load() : ~uint64_t{0};
-    while (words != 0) {
-      const uint32_t word = summary * 64 + static_cast<uint32_t>(std::countr_zero(words));
-      words &= words - 1;
-      if (word >= word_count) break;
-      uint64_t bits = view.held[word].load();
+    uint64_t marked = alone ? view.held_groups[summary].load() : ~uint64_t{0};
+    while (marked != 0) {
+      const uint32_t group = summary * 64 + static_cast<uint32_t>(std::countr_zero(marked));
+      marked &= marked - 1;
+      if (group >= groups) break;
+      uint64_t bits = view.held(group).load();
       if (bits == 0 && !alone) continue;
       if (bits == 0) {
         // Down, then look again: a bit set meanwhile puts it back up.
-        view.held_words[summary].fetch_and(~held_bit(word));
-        bits = view.held[word].load();
+        view.held_groups[summary].fetch_and(~held_bit(group));
+        bits = view.held(group).load();
         if (bits == 0) continue;
-        view.held_words[summary].fetch_or(held_bit(word));
+        view.held_groups[summary].fetch_or(held_bit(group));
       }
       while (bits != 0) {
-        visit(word * 64 + static_cast<uint32_t>(std::countr_zero(bits)));
+        visit(group * 64 + static_cast<uint32_t>(std::countr_zero(bits)));
         bits &= bits - 1;
       }
     }
   }
-  if (alone) visiting_.store(false);
+  if (alone) view.state->visiting.store(false);
 }
 
 void Registry::before_fork() {
-  // Two threads forking at once: only the first marks; the other's child
-  // keeps counting bytes but is not listed as a user.
-  if (forking_.exchange(true, std::memory_order_acq_rel)) return;
   for (View& view : views_) {
-    if (view.file.mapping == nullptr || view.references == nullptr) continue;
+    if (view.file.mapping == nullptr || view.group_array() == nullptr) continue;
+    // Two threads forking at once: only the first marks; the other's child
+    // keeps counting bytes but is not listed as a user.
+    if (view.state->forking.exchange(true, std::memory_order_acq_rel)) continue;
     format::Slot* slots = format::slots_of(view.file.mapping);
     visit_held(view, [&](uint32_t index) {
-      if (view.references[index].load(std::memory_order_relaxed) == 0) return;
+      if (view.references(index).load(std::memory_order_relaxed) == 0) return;
       slots[index].pending_forks.fetch_add(1, std::memory_order_acq_rel);
-      view.references[index].fetch_or(kForkMark, std::memory_order_relaxed);
+      view.references(index).fetch_or(kForkMark, std::memory_order_relaxed);
       // Marked, so visited after the fork even if its last reference went
       // just before the mark (and took the bit).
-      set_held(view.held, view.held_words, index);
+      view.set_held(index);
     });
   }
 }
 
 void Registry::after_fork_in_parent(bool fork_failed) {
-  if (!forking_.load(std::memory_order_acquire)) return;
   for (View& view : views_) {
-    if (view.file.mapping == nullptr || view.references == nullptr) continue;
+    if (view.file.mapping == nullptr || view.group_array() == nullptr) continue;
+    if (!view.state->forking.load(std::memory_order_acquire)) continue;
     format::Slot* slots = format::slots_of(view.file.mapping);
     visit_held(view, [&](uint32_t index) {
-      if ((view.references[index].load(std::memory_order_relaxed) & kForkMark) == 0) return;
-      view.references[index].fetch_and(~kForkMark, std::memory_order_relaxed);
+      if ((view.references(index).load(std::memory_order_relaxed) & kForkMark) == 0) return;
+      view.references(index).fetch_and(~kForkMark, std::memory_order_relaxed);
       if (!fork_failed) return;  // the child takes the mark off the slot
       slots[index].pending_forks.fetch_sub(1, std::memory_order_acq_rel);
       free_if_unused(slots[index], slots[index].state.load(std::memory_order_acquire));
     });
+    view.state->forking.store(false, std::memory_order_release);
   }
-  forking_.store(false, std::memory_order_release);
 }
 
 void Registry::after_fork_in_child() {
-  pid_.store(getpid(), std::memory_order_relaxed);
-  forking_.store(false, std::memory_order_relaxed);
-  reported_full_.store(false, std::memory_order_relaxed);
-  // The parent's file stays mapped here (inherited handles point into it),
-  // but it is not ours: our own connections get a file of our own.
-  const int own = own_view_.load(std::memory_order_relaxed);
-  if (own >= 0) views_[own].mapped_here = false;
-  if (own != kUnavailable) own_view_.store(kNoFile, std::memory_order_relaxed);
+  // Written only where they change: each write here is a copy-on-write
+  // fault in a forking server's every child. The parent's file stays mapped
+  // here (inherited handles point into it), but it is not ours (owns): our
+  // own connections get a file of our own.
+  ProcessIdMemory::reset_in_child();
+  if (reported_full_.load(std::memory_order_relaxed)) reported_full_.store(false, std::memory_order_relaxed);
+  if (own_view_.load(std::memory_order_relaxed) == kCreating) own_view_.store(kNoFile, std::memory_order_relaxed);
   for (View& view : views_) {
-    if (view.file.mapping == nullptr || view.references == nullptr) continue;
+    if (view.file.mapping == nullptr || view.group_array() == nullptr) continue;
+    if (view.state->forking.load(std::memory_order_relaxed)) view.state->forking.store(false, std::memory_order_relaxed);
+    if (view.mine == &view.state->mine_unwiped) view.mine->store(false, std::memory_order_relaxed);
     format::Slot* slots = format::slots_of(view.file.mapping);
     visit_held(view, [&](uint32_t index) {
-      const uint32_t count = view.references[index].load(std::memory_order_relaxed);
+      const uint32_t count = view.references(index).load(std::memory_order_relaxed);
       if ((count & kForkMark) == 0) return;
-      view.references[index].store(count & ~kForkMark, std::memory_order_relaxed);
+      view.references(index).store(count & ~kForkMark, std::memory_order_relaxed);
       format::Slot& slot = slots[index];
       if ((count & ~kForkMark) != 0) join(slot);
       slot.pending_forks.fetch_sub(1, std::memory_order_acq_rel);
@@ -379,18 +397,21 @@ void Registry::after_fork_in_child() {
   }
 }
 
-void Registry::release_all() {
+void Registry::release_all(bool ending_now) {
   ErrnoGuard errno_guard;
-  const int own = own_view_.exchange(kUnavailable, std::memory_order_acq_rel);
+  // No file of our own is made afterwards. A forked child that never made
+  // one and ends now keeps its parent's view in own_view_ (release_all).
+  int own = own_view_.load(std::memory_order_acquire);
+  if (!ending_now || own < 0 || owns(own)) own = own_view_.exchange(kUnavailable, std::memory_order_acq_rel);
   for (View& view : views_) {
-    if (view.file.mapping == nullptr || view.references == nullptr) continue;
+    if (view.file.mapping == nullptr || view.group_array() == nullptr) continue;
     visit_held(view, [&](uint32_t index) {
-      if ((view.references[index].load(std::memory_order_relaxed) & ~kForkMark) == 0) return;
-      view.references[index].store(1, std::memory_order_relaxed);
+      if ((view.references(index).load(std::memory_order_relaxed) & ~kForkMark) == 0) return;
+      view.references(index).store(1, std::memory_order_relaxed);
       drop_reference(view, index);
     });
   }
-  if (own < 0) return;
+  if (!owns(own)) return;
   // Our file goes, unless a child still holds a row in it (only slots ever
   // claimed can be open).
   View& view = views_[own];

@@ -91,8 +91,11 @@ class Registry {
   void after_fork_in_parent(bool fork_failed);
   void after_fork_in_child();
   // exec and exit: lets go of everything; removes this process's file unless
-  // another process still uses a row in it. No new file is made afterwards.
-  void release_all();
+  // another process still uses a row in it. No new file is made afterwards,
+  // except, with `ending_now` (_exit: nothing of the image runs after it), in
+  // a forked child that never made one: marking that would be a
+  // copy-on-write fault in each child of a forking server.
+  void release_all(bool ending_now = false);
 
   // This process's own file ("" until it exists) and its header (null until then).
   const char* file_path() const;
@@ -115,31 +118,64 @@ class Registry {
   }
 
  private:
-  static constexpr int kViews = 8;
+  // A handle keeps view + 1 in its top three bits.
+  static constexpr int kViews = 7;
   // own_view_ values other than a view index.
   static constexpr int kNoFile = -1, kCreating = -2, kUnavailable = -3;
   // Bit of a local reference count: the slot is marked in flight to a fork child.
   static constexpr uint32_t kForkMark = 1u << 31;
 
+  // A view's state in this process, at the start of its private memory,
+  // on the page that the first slots' groups share: a process whose
+  // connections keep to a few slots writes that one page.
+  struct ViewState {
+    std::atomic<uint32_t> cursor;     // where an open looks first: the slot this process freed last
+    std::atomic<bool> forking;        // before_fork marked this view's slots
+    // A visit is under way that may take down the bits of empty held groups:
+    // another visit meanwhile reads every group instead (a child inherits it).
+    std::atomic<bool> visiting;
+    std::atomic<bool> mine_unwiped;   // `mine` where no wiped memory can be had
+  };
+  // 64 slots' references and the bit per slot set while this process may
+  // hold references to it: fork and exit visit only these, not every slot
+  // (a forking server forks at each connection).
+  struct SlotGroup {
+    std::atomic<uint64_t> held;
+    std::atomic<uint32_t> references[64];
+  };
+
   struct View {
     StatsFile file;      // mapping set once, before own_view_ publishes it
     uint32_t slot_count = 0;
-    // This process's references per slot (private memory: a child gets a copy).
-    std::atomic<uint32_t>* references = nullptr;
-    // A bit per slot, set while this process may hold references to it (in
-    // the same mapping, after `references`): fork and exit visit only these,
-    // not every slot (a forking server forks at each connection). After
-    // them, a bit per word of `held` that may be non-zero, so that a visit
-    // reads a few words however many slots the file has.
-    std::atomic<uint64_t>* held = nullptr;
-    std::atomic<uint64_t>* held_words = nullptr;
-    std::atomic<uint32_t> cursor{0};  // where an open looks first: the slot this process freed last
-    bool mapped_here = false;          // by this object (tests unmap it)
+    // Private memory (a child gets a copy): the state, a bit per group that
+    // may have a held bit set (a visit reads a few words however many slots
+    // the file has), then the groups.
+    ViewState* state = nullptr;
+    std::atomic<uint64_t>* held_groups = nullptr;
+    // Set in the process that made the file, false in a forked child: in
+    // memory the child finds zeroed (common/wiped_on_fork.h), or else
+    // state->mine_unwiped, which the child clears.
+    std::atomic<bool>* mine = nullptr;
+    // Set last (release): the fork steps look at a view once it is.
+    std::atomic<SlotGroup*> groups{nullptr};
+
+    SlotGroup* group_array() const { return groups.load(std::memory_order_acquire); }
+    std::atomic<uint32_t>& references(uint32_t index) const {
+      return group_array()[index / 64].references[index % 64];
+    }
+    std::atomic<uint64_t>& held(uint32_t group) const { return group_array()[group].held; }
+    void set_held(uint32_t index) const;
+    void clear_held(uint32_t index) const;
   };
 
+  // The bytes of a view's private memory for `slot_count` slots.
+  static size_t private_bytes(uint32_t slot_count);
+
   int own_view();
-  int create_own_view();
-  pid_t current_pid();
+  // Makes this process's file, if own_view_ still holds `expected`.
+  int create_own_view(int expected);
+  // Whether `view` is this process's own file (not one inherited across fork).
+  bool owns(int view) const;
   void join(format::Slot& slot);
   void leave(format::Slot& slot, uint64_t state);
   // Frees the slot if no process uses it and no fork child is entering it.
@@ -149,14 +185,10 @@ class Registry {
   template <typename Visit>
   void visit_held(const View& view, Visit visit);
 
-  View views_[kViews];
+  // The view of this process's file (Registry::owns), or one of the values above.
   std::atomic<int> own_view_{kNoFile};
-  std::atomic<pid_t> pid_{0};
-  std::atomic<bool> forking_{false};
   std::atomic<bool> reported_full_{false};
-  // A visit is under way that may take down the bits of empty held words:
-  // another visit meanwhile reads every word instead.
-  std::atomic<bool> visiting_{false};
+  View views_[kViews];
   const char* directory_ = nullptr;  // null: the runtime directory
   uint32_t slot_count_ = format::kDefaultSlotCount;
 };
