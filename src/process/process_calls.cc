@@ -11,6 +11,8 @@
 
 #include "common/errno_guard.h"
 #include "common/kept_fd.h"
+#include "common/own_code.h"
+#include "common/wiped_on_fork.h"
 #include "libc/next_symbols.h"
 #include "process/inherited_environment.h"
 #include "transport/verbs/pin_budget.h"
@@ -25,7 +27,11 @@ namespace qpsock::process {
 
 void on_library_load() {
   libc::resolve_all_next_symbols();
-  // First of the child's fork handlers (they run in the order registered).
+  prepare_wiped_on_fork_memory();
+  locate_own_code();
+  // The child's fork handlers run in the order registered: this one first,
+  // so that the others, and the fork wrapper, run in mapped code.
+  pthread_atfork(nullptr, nullptr, map_own_code_in_child);
   watch_forks_for_kept_fds();
   capture_inherited_environment();
   upgrade::adopt_inherited_streams();
