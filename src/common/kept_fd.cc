@@ -48,6 +48,8 @@ void drop_use_note() { --this_thread_uses.count; }
 
 }  // namespace
 
+void prepare_kept_fds() { static_cast<void>(fence_words.capacity()); }
+
 KeptFd keep_fd(int fd) {
   std::atomic<uint64_t>* word = fence_words.at(fd);
   if (word == nullptr) return KeptFd{fd, 0};

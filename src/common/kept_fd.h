@@ -66,6 +66,11 @@ class FdUse {
 // ever kept.
 void fence_fd_close(int fd);
 
+// Maps the fences now, where allocating is safe: a server that leaves its
+// connections to forked children then has its children inherit the mapping
+// instead of each making its own (an mmap and a getrlimit per child).
+void prepare_kept_fds();
+
 // The highest number ever kept (-1: none): close_range looks no further.
 int highest_kept_fd();
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/errno_guard.h"
+#include "common/kept_fd.h"
 #include "common/log.h"
 #include "config/config_loader.h"
 #include "libc/next_symbols.h"
@@ -312,8 +313,10 @@ void withdraw_upgrade(int fd) {
 void offer_server_upgrade(int fd) {
   ErrnoGuard errno_guard;
   // The client is looked for from the first I/O on, in the process that
-  // does it (and io_uring, when the attempt begins).
+  // does it (and io_uring, when the attempt begins): a forked child's I/O
+  // keeps the socket's number too.
   attach_connection(fd, std::make_shared<Connection>(config::Role::server));
+  prepare_kept_fds();
   if (!locates_client_later()) return;
   set_server_claim_intake(take_server_claim);
   // Started here, where allocating is safe, so that the first I/O's claim
