@@ -100,8 +100,9 @@ Registry::Registry(const char* directory, uint32_t slot_count)
 
 Registry::~Registry() {
   release_all();
-  for (View& view : views_) {
-    if (view.mine == nullptr || !view.mine->load(std::memory_order_relaxed)) continue;
+  for (int index = 0; index < kViews; ++index) {
+    if (!owns(index)) continue;
+    View& view = views_[index];
     unmap_stats_file(view.file);
     munmap(view.state, private_bytes(view.slot_count));
   }
@@ -378,11 +379,14 @@ void Registry::after_fork_in_child() {
   // here (inherited handles point into it), but it is not ours (owns): our
   // own connections get a file of our own.
   ProcessIdMemory::reset_in_child();
-  if (reported_full_.load(std::memory_order_relaxed)) reported_full_.store(false, std::memory_order_relaxed);
-  if (own_view_.load(std::memory_order_relaxed) == kCreating) own_view_.store(kNoFile, std::memory_order_relaxed);
+  if (reported_full_.load(std::memory_order_relaxed))
+    reported_full_.store(false, std::memory_order_relaxed);
+  if (own_view_.load(std::memory_order_relaxed) == kCreating)
+    own_view_.store(kNoFile, std::memory_order_relaxed);
   for (View& view : views_) {
     if (view.file.mapping == nullptr || view.group_array() == nullptr) continue;
-    if (view.state->forking.load(std::memory_order_relaxed)) view.state->forking.store(false, std::memory_order_relaxed);
+    if (view.state->forking.load(std::memory_order_relaxed))
+      view.state->forking.store(false, std::memory_order_relaxed);
     if (view.mine == &view.state->mine_unwiped) view.mine->store(false, std::memory_order_relaxed);
     format::Slot* slots = format::slots_of(view.file.mapping);
     visit_held(view, [&](uint32_t index) {
@@ -399,10 +403,11 @@ void Registry::after_fork_in_child() {
 
 void Registry::release_all(bool ending_now) {
   ErrnoGuard errno_guard;
-  // No file of our own is made afterwards. A forked child that never made
-  // one and ends now keeps its parent's view in own_view_ (release_all).
+  // No file of our own is made afterwards, but a forked child that never
+  // made one and ends now leaves own_view_ unwritten (registry.h).
   int own = own_view_.load(std::memory_order_acquire);
-  if (!ending_now || own < 0 || owns(own)) own = own_view_.exchange(kUnavailable, std::memory_order_acq_rel);
+  if (!ending_now || own < 0 || owns(own))
+    own = own_view_.exchange(kUnavailable, std::memory_order_acq_rel);
   for (View& view : views_) {
     if (view.file.mapping == nullptr || view.group_array() == nullptr) continue;
     visit_held(view, [&](uint32_t index) {
