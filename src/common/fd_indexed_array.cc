@@ -29,7 +29,13 @@ void* map_zeroed(size_t bytes) {
   ErrnoGuard errno_guard;
   void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return memory == MAP_FAILED ? nullptr : memory;
+  if (memory == MAP_FAILED) return nullptr;
+  // Written once, before anyone can use it: fork copies the page table of a
+  // mapping that has been written (one only ever read is left for the child
+  // to fault in again), so a forked child reads the elements its parent has
+  // read, or written, without a fault of its own.
+  *static_cast<volatile unsigned char*>(memory) = 0;
+  return memory;
 }
 
 void unmap(void* memory, size_t bytes) {

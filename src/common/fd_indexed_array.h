@@ -14,7 +14,8 @@ namespace qpsock {
 namespace fd_indexed_memory {
 // How many fds the process may ever have, from RLIMIT_NOFILE.
 size_t capacity_from_rlimit();
-// `bytes` of zero-filled memory, or null.
+// `bytes` of zero-filled memory, or null. A forked child inherits the
+// parent's view of it without faulting in what the parent had touched.
 void* map_zeroed(size_t bytes);
 void unmap(void* memory, size_t bytes);
 }  // namespace fd_indexed_memory

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <new>
 
 #include "common/errno_guard.h"
 
@@ -28,7 +29,9 @@ void* map_wiped(size_t length) {
 
 // Set at load, before any other thread can ask; only `shared_used` moves after.
 char* shared_page = nullptr;
-std::atomic<size_t> shared_used{0};
+// The page's first word is touch_wiped_memory_in_child's to write.
+constexpr size_t kTouchWordBytes = sizeof(std::atomic<uint64_t>);
+std::atomic<size_t> shared_used{kTouchWordBytes};
 
 void* shared_piece(size_t size, size_t alignment) {
   if (shared_page == nullptr) return nullptr;
@@ -46,6 +49,11 @@ void* shared_piece(size_t size, size_t alignment) {
 void prepare_wiped_on_fork_memory() {
   const ErrnoGuard errno_guard;
   if (shared_page == nullptr) shared_page = static_cast<char*>(map_wiped(page_size()));
+}
+
+void touch_wiped_memory_in_child() {
+  if (shared_page == nullptr) return;
+  ::new (shared_page) std::atomic<uint64_t>{0};
 }
 
 void* allocate_wiped_on_fork(size_t size, size_t alignment) {

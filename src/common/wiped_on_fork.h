@@ -18,6 +18,11 @@ namespace qpsock {
 // At library load (one thread): maps the shared page.
 void prepare_wiped_on_fork_memory();
 
+// In a forked child, before anything reads its wiped memory: writes the
+// shared page first, so that the child takes one fault for it (a read first
+// maps the zero page, and the write after it faults again).
+void touch_wiped_memory_in_child();
+
 // `size` zeroed bytes aligned to `alignment` (at most a page's), wiped in a
 // child: a piece of the shared page, else a mapping of their own; null if
 // MADV_WIPEONFORK cannot be had (a kernel before 4.14, a seccomp filter).

@@ -24,6 +24,16 @@
 extern char** environ;
 
 namespace qpsock::process {
+namespace {
+
+// The child's first fork handler: qpsock's code mapped, and its wiped
+// memory written before anything reads it.
+void first_in_child() {
+  map_own_code_in_child();
+  touch_wiped_memory_in_child();
+}
+
+}  // namespace
 
 void on_library_load() {
   libc::resolve_all_next_symbols();
@@ -31,7 +41,7 @@ void on_library_load() {
   locate_own_code();
   // The child's fork handlers run in the order registered: this one first,
   // so that the others, and the fork wrapper, run in mapped code.
-  pthread_atfork(nullptr, nullptr, map_own_code_in_child);
+  pthread_atfork(nullptr, nullptr, first_in_child);
   watch_forks_for_kept_fds();
   capture_inherited_environment();
   upgrade::adopt_inherited_streams();

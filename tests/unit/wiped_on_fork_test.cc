@@ -47,6 +47,23 @@ TEST(WipedOnFork, AChildStartsFromZerosAndTheParentKeepsItsValues) {
   EXPECT_EQ(counters.cursor.load(), 3u);
 }
 
+TEST(WipedOnFork, TheChildsFirstWriteLeavesEveryPieceAsItIs) {
+  prepare_wiped_on_fork_memory();
+  auto* piece = static_cast<std::atomic<uint64_t>*>(allocate_wiped_on_fork(8, 8));
+  ASSERT_NE(piece, nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    piece->store(0x5a5a5a5a5a5a5a5aull);
+    touch_wiped_memory_in_child();
+    _exit(piece->load() == 0x5a5a5a5a5a5a5a5aull ? 0 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(WipedOnFork, PiecesAreZeroedAlignedAndDistinct) {
   prepare_wiped_on_fork_memory();
   auto* first = static_cast<unsigned char*>(allocate_wiped_on_fork(24, 8));
