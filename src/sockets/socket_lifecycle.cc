@@ -48,7 +48,8 @@ int record_accepted(int listener_fd, int accepted, const sockaddr* address, cons
       ConnectionEndpoints endpoints;
       read_connection_endpoints(accepted, accepted_peer(address, length), endpoints);
       const config::Decision decision = decide_for_connection(accepted, config::Role::server, endpoints);
-      if (decision.action == config::Action::offload) upgrade::offer_server_upgrade(accepted);
+      if (decision.action == config::Action::offload)
+        upgrade::offer_server_upgrade(accepted, connection_stats_handle);
       record_connection(accepted, config::Role::server, decision, endpoints);
     } else {
       table().forget(accepted);

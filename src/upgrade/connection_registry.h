@@ -19,6 +19,9 @@ namespace qpsock::upgrade {
 
 // True if any fd of this process may have a Connection.
 bool any_connections();
+// True once this process has offered an accepted connection (offer_unclaimed):
+// from then, an fd without a Connection may hold an offer.
+bool any_offers();
 std::shared_ptr<Connection> find_connection(int fd);
 
 // A hold on fd's Connection for the length of one data call: it keeps the
@@ -49,6 +52,7 @@ class ConnectionHold {
 
  private:
   friend ConnectionHold hold_connection(int fd);
+  friend ConnectionHold claim_offer(int fd, stream::FunctionRef<void(Connection&)> prepare);
   void let_go();
   void* holder_ = nullptr;
   Connection* connection_ = nullptr;
@@ -58,8 +62,24 @@ class ConnectionHold {
 ConnectionHold hold_connection(int fd);
 // Returns the Connection fd had before (null if none).
 std::shared_ptr<Connection> attach_connection(int fd, std::shared_ptr<Connection> connection);
-// Removes fd's entry and returns it (null if none).
+// Removes fd's entry (a Connection, or an offer) and returns its Connection
+// (null if none).
 std::shared_ptr<Connection> detach_connection(int fd);
+
+// An accepted connection is offered before it has a Connection: fd holds
+// an offer, which no lookup returns, until the first process that does I/O
+// on it (this one, or a forked child that inherited it) claims it, so that
+// a server that leaves its connections to forked children never makes one
+// nor writes a page it shares with them. Each offer outstanding has a
+// server Connection made ready for it here (this allocates: call it where
+// that is safe), so a claim, perhaps in a signal handler, never allocates.
+// Returns the Connection fd had before (null if none).
+std::shared_ptr<Connection> offer_unclaimed(int fd);
+// fd's offer becomes a ready Connection, held, after `prepare` has seen it
+// (before any other thread can); a fd without an offer gives what
+// hold_connection does. An offer with no Connection ready (memory ran out
+// at the offer) gives an empty hold, and stays.
+ConnectionHold claim_offer(int fd, stream::FunctionRef<void(Connection&)> prepare);
 // dup/dup2/dup3/F_DUPFD: destination now shares source's Connection. Returns
 // the Connection destination had before, if another (dup2 over a socket).
 std::shared_ptr<Connection> copy_connection(int source, int destination);

@@ -94,7 +94,7 @@ void settle_before_passing(int fd, Connection& connection, int carrier_fd, int f
 void connections_before_passing(int carrier_fd, const msghdr& message, int flags) {
   // Without connections nothing is read (one test of a counter): a bad
   // pointer is the kernel's to refuse.
-  if (!any_connections() || message.msg_control == nullptr ||
+  if ((!any_connections() && !any_offers()) || message.msg_control == nullptr ||
       message.msg_controllen < sizeof(cmsghdr))
     return;
   ErrnoGuard errno_guard;
@@ -113,7 +113,8 @@ void connections_before_passing(int carrier_fd, const msghdr& message, int flags
     for (size_t index = 0; index < carried; ++index) {
       int fd = -1;
       std::memcpy(&fd, data + index * sizeof(int), sizeof(int));
-      if (std::shared_ptr<Connection> connection = find_connection(fd))
+      // An offer not yet claimed is claimed here, and so declined: TCP for good.
+      if (std::shared_ptr<Connection> connection = claim_offered_connection(fd).shared())
         settle_before_passing(fd, *connection, carrier_fd, flags);
     }
   }

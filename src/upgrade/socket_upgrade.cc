@@ -167,6 +167,10 @@ void take_server_claim(const ServerClaim& claim) {
 // attempt), rather than leave that to forked children.
 std::atomic<bool> serves_own_connections{false};
 
+// The socket layer's statistics handle of an fd, for a Connection made when
+// its offer is claimed (offer_server_upgrade sets it).
+std::atomic<stats::Handle (*)(int fd)> statistics_source{nullptr};
+
 // The server's side, once this process has claimed the attempt (its first
 // I/O, or an epoll set it joined): the client is looked for in the worker.
 // The claim may come in a signal handler: while the worker runs (started at
@@ -310,12 +314,14 @@ void withdraw_upgrade(int fd) {
   if (auto connection = detach_connection(fd)) connection->decline("connect failed");
 }
 
-void offer_server_upgrade(int fd) {
+void offer_server_upgrade(int fd, stats::Handle (*statistics_of)(int fd)) {
   ErrnoGuard errno_guard;
+  if (statistics_source.load(std::memory_order_relaxed) != statistics_of)
+    statistics_source.store(statistics_of, std::memory_order_relaxed);
   // The client is looked for from the first I/O on, in the process that
   // does it (and io_uring, when the attempt begins): a forked child's I/O
-  // keeps the socket's number too.
-  attach_connection(fd, std::make_shared<Connection>(config::Role::server));
+  // keeps the socket's number too. Its Connection is made then.
+  offer_unclaimed(fd);
   prepare_kept_fds();
   if (!locates_client_later()) return;
   set_server_claim_intake(take_server_claim);
@@ -330,9 +336,16 @@ void offer_server_upgrade(int fd) {
     hand_claims_deferred_until_the_worker();
 }
 
+ConnectionHold claim_offered_connection(int fd) {
+  return claim_offer(fd, [fd](Connection& connection) {
+    if (stats::Handle (*source)(int) = statistics_source.load(std::memory_order_relaxed))
+      connection.attach_statistics(source(fd));
+  });
+}
+
 void begin_server_upgrade_when_watched(int fd) {
-  if (!any_connections()) return;
-  std::shared_ptr<Connection> connection = find_connection(fd);
+  if (!any_connections() && !any_offers()) return;
+  std::shared_ptr<Connection> connection = claim_offered_connection(fd).shared();
   if (connection == nullptr || connection->role() != config::Role::server ||
       connection->phase() != UpgradePhase::offered)
     return;
@@ -374,7 +387,12 @@ void moved_over_tcp_while_offered(int fd, Connection& connection, uint64_t befor
 ConnectionHold connection_for_io(int fd) {
   // Null at once while the process has no connection at all.
   ConnectionHold connection = hold_connection(fd);
-  if (!connection) return connection;
+  if (!connection) {
+    // An accepted connection's first I/O in this process makes its Connection.
+    if (!any_offers()) return connection;
+    connection = claim_offered_connection(fd);
+    if (!connection) return connection;
+  }
   if (connection->role() == config::Role::server && connection->phase() == UpgradePhase::offered) {
     ErrnoGuard errno_guard;
     if (connection->claim_server_attempt())
@@ -500,13 +518,15 @@ void attach_statistics(int fd, stats::Handle handle) {
 }
 
 void connection_copied(int source, int destination) {
+  // Both numbers must share one Connection: an offer gets it now.
+  if (any_offers()) static_cast<void>(claim_offered_connection(source));
   std::shared_ptr<Connection> displaced = copy_connection(source, destination);
   if (displaced != nullptr && connection_in_use(displaced.get()))
     displaced->control_fd_left(destination);
 }
 
 void connection_closing(int fd) {
-  if (!any_connections()) return;
+  if (!any_connections() && !any_offers()) return;
   ErrnoGuard errno_guard;
   std::shared_ptr<Connection> connection = detach_connection(fd);
   if (connection == nullptr) return;

@@ -20,7 +20,14 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
 void withdraw_upgrade(int fd);
 // An accepted connection that may be upgraded at its first I/O in this
 // process (over shared memory if the client is on this host, else over RDMA).
-void offer_server_upgrade(int fd);
+// Its Connection is made only then (connection_registry.h, offer_unclaimed),
+// and takes the statistics handle `statistics_of` gives for its fd.
+void offer_server_upgrade(int fd, stats::Handle (*statistics_of)(int fd));
+// fd's offer, if it holds one, made a Connection of this process (its
+// first I/O does that); else fd's Connection, or an empty hold. For the
+// calls that must see any Connection a socket may have: passing it to
+// another process, duplicating it, watching it.
+ConnectionHold claim_offered_connection(int fd);
 
 // An accepted socket added to an epoll set in this process: its upgrade
 // starts now if the peer is on another host (handed to the upgrade worker:

@@ -69,5 +69,39 @@ TEST(ConnectionRegistryConcurrency, LookupsRacingAttachAndDetachSeeOnlyLiveConne
   for (const auto& connection : made) EXPECT_TRUE(connection.expired()) << "a Connection leaked";
 }
 
+// Claims of an offer racing its close and each other (a server's threads,
+// a signal handler): one Connection at most is made from it, every claim
+// that gets one gets that one, and none is left attached once closed.
+TEST(ConnectionRegistryConcurrency, ClaimsRacingEachOtherAndACloseMakeOneConnection) {
+  constexpr int kFd = kFirstFd + kFds + 1;
+  for (int round = 0; round < 2000; ++round) {
+    offer_unclaimed(kFd);
+    std::atomic<Connection*> claimed_by[2] = {nullptr, nullptr};
+    std::atomic<int> prepared{0};
+    std::shared_ptr<Connection> closed;
+    std::vector<std::thread> threads;
+    for (int claimer = 0; claimer < 2; ++claimer) {
+      threads.emplace_back([&, claimer] {
+        ConnectionHold hold = claim_offer(kFd, [&](Connection&) { prepared.fetch_add(1); });
+        if (hold) claimed_by[claimer].store(&*hold);
+      });
+    }
+    threads.emplace_back([&] {
+      if (round % 2 == 0) closed = detach_connection(kFd);
+    });
+    for (auto& thread : threads) thread.join();
+    Connection* first = claimed_by[0].load();
+    Connection* second = claimed_by[1].load();
+    if (first != nullptr && second != nullptr) {
+      EXPECT_EQ(first, second);
+    }
+    if (round % 2 != 0) closed = detach_connection(kFd);
+    if (closed != nullptr) {
+      EXPECT_FALSE(connection_in_use(closed.get()));
+    }
+    EXPECT_EQ(find_connection(kFd), nullptr);
+  }
+}
+
 }  // namespace
 }  // namespace qpsock::upgrade

@@ -1,6 +1,10 @@
 // The registry of fds that have a Connection: what dup, close and exec rely on.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -117,6 +121,82 @@ TEST(ConnectionRegistry, RecyclesItsHoldersWithoutMixingConnections) {
     ASSERT_EQ(find_connection(kFirstFd + 10 + round % 7), connection);
     ASSERT_EQ(detach_connection(kFirstFd + 10 + round % 7), connection);
   }
+}
+
+// An accepted connection is offered with no Connection until a process
+// does I/O on it (offer_unclaimed, claim_offer).
+TEST(ConnectionRegistry, AnOfferHasNoConnectionUntilItIsClaimedOnce) {
+  const int fd = kFirstFd + 40;
+  EXPECT_EQ(offer_unclaimed(fd), nullptr);
+  EXPECT_TRUE(any_offers());
+  EXPECT_EQ(find_connection(fd), nullptr) << "an offer is no Connection";
+  int prepared = 0;
+  ConnectionHold claimed = claim_offer(fd, [&](Connection& connection) {
+    ++prepared;
+    EXPECT_EQ(connection.role(), config::Role::server);
+  });
+  ASSERT_TRUE(claimed);
+  EXPECT_EQ(prepared, 1);
+  EXPECT_EQ(find_connection(fd).get(), &*claimed);
+  EXPECT_EQ(claimed->attached_fds(), 1u);
+  // Claimed already: the same Connection, not prepared again.
+  ConnectionHold again = claim_offer(fd, [&](Connection&) { ++prepared; });
+  EXPECT_EQ(&*again, &*claimed);
+  EXPECT_EQ(prepared, 1);
+  std::shared_ptr<Connection> detached = detach_connection(fd);
+  EXPECT_EQ(detached.get(), &*claimed);
+  EXPECT_FALSE(connection_in_use(detached.get()));
+}
+
+TEST(ConnectionRegistry, AClosedOfferLeavesNothingToClaim) {
+  const int fd = kFirstFd + 41;
+  offer_unclaimed(fd);
+  EXPECT_EQ(detach_connection(fd), nullptr);
+  EXPECT_FALSE(claim_offer(fd, [](Connection&) {}));
+  EXPECT_EQ(find_connection(fd), nullptr);
+}
+
+TEST(ConnectionRegistry, EveryOfferOfABurstIsClaimedAndEachHasItsOwnConnection) {
+  constexpr int kBurst = 40;
+  const int first = kFirstFd + 50;
+  for (int index = 0; index < kBurst; ++index) offer_unclaimed(first + index);
+  std::vector<Connection*> seen;
+  for (int index = 0; index < kBurst; ++index) {
+    ConnectionHold claimed = claim_offer(first + index, [](Connection&) {});
+    ASSERT_TRUE(claimed) << "offer " << index << " had no Connection ready";
+    seen.push_back(&*claimed);
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end());
+  for (int index = 0; index < kBurst; ++index) detach_connection(first + index);
+}
+
+TEST(ConnectionRegistry, AttachingOverAnOfferReplacesIt) {
+  const int fd = kFirstFd + 42;
+  offer_unclaimed(fd);
+  auto connection = make_connection();
+  EXPECT_EQ(attach_connection(fd, connection), nullptr);
+  EXPECT_EQ(find_connection(fd), connection);
+  detach_connection(fd);
+}
+
+// A forking server's child claims the offer it inherited; the parent's
+// stays unclaimed.
+TEST(ConnectionRegistry, AForkedChildClaimsAnInheritedOfferAndTheParentsStaysAnOffer) {
+  const int fd = kFirstFd + 43;
+  offer_unclaimed(fd);
+  const pid_t child = fork();
+  if (child == 0) {
+    ConnectionHold claimed = claim_offer(fd, [](Connection&) {});
+    _exit(claimed && find_connection(fd).get() == &*claimed ? 0 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(find_connection(fd), nullptr);
+  EXPECT_TRUE(claim_offer(fd, [](Connection&) {}));
+  detach_connection(fd);
 }
 
 }  // namespace
