@@ -11,7 +11,6 @@
 
 #include "common/errno_guard.h"
 #include "common/kept_fd.h"
-#include "common/own_code.h"
 #include "common/wiped_on_fork.h"
 #include "libc/next_symbols.h"
 #include "process/inherited_environment.h"
@@ -26,21 +25,16 @@ extern char** environ;
 namespace qpsock::process {
 namespace {
 
-// The child's first fork handler: qpsock's code mapped, and its wiped
-// memory written before anything reads it.
-void first_in_child() {
-  map_own_code_in_child();
-  touch_wiped_memory_in_child();
-}
+// The child's first fork handler: its wiped memory written before
+// anything reads it.
+void first_in_child() { touch_wiped_memory_in_child(); }
 
 }  // namespace
 
 void on_library_load() {
   libc::resolve_all_next_symbols();
   prepare_wiped_on_fork_memory();
-  locate_own_code();
-  // The child's fork handlers run in the order registered: this one first,
-  // so that the others, and the fork wrapper, run in mapped code.
+  // The child's fork handlers run in the order registered: this one first.
   pthread_atfork(nullptr, nullptr, first_in_child);
   watch_forks_for_kept_fds();
   capture_inherited_environment();
