@@ -1,6 +1,7 @@
 #include "stats/runtime_directory.h"
 
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +22,16 @@ bool usable_directory(const char* path, bool must_own) {
   return access(path, W_OK | X_OK) == 0;
 }
 
+// Whether `path` is on a filesystem in memory (tmpfs, ramfs). A statistics
+// file elsewhere is written through to a disk: its first write alone took
+// milliseconds on ext4, on the first connection of every process.
+bool in_memory(const char* path) {
+  constexpr decltype(statfs::f_type) kTmpfsMagic = 0x01021994;
+  constexpr decltype(statfs::f_type) kRamfsMagic = static_cast<decltype(statfs::f_type)>(0x858458f6);
+  struct statfs filesystem {};
+  return statfs(path, &filesystem) == 0 && (filesystem.f_type == kTmpfsMagic || filesystem.f_type == kRamfsMagic);
+}
+
 bool copy_path(char* path, size_t size, const char* text) {
   int length = snprintf(path, size, "%s", text);
   return length > 0 && static_cast<size_t>(length) < size;
@@ -33,9 +44,19 @@ bool prepare_runtime_directory(char* path, size_t size) {
   if (const char* chosen = startup_setting(kStatDirectoryVariable); chosen != nullptr && *chosen != '\0') {
     return copy_path(path, size, chosen) && usable_directory(path, false);
   }
-  if (usable_directory(kSystemStatDirectory, true)) return copy_path(path, size, kSystemStatDirectory);
-  int length = snprintf(path, size, "/tmp/qpsock-%u", static_cast<unsigned>(geteuid()));
-  return length > 0 && static_cast<size_t>(length) < size && usable_directory(path, true);
+  // The first usable one in memory, else the first usable one.
+  char per_user[2][64];
+  snprintf(per_user[0], sizeof(per_user[0]), "%s/qpsock-%u", kSharedMemoryDirectory,
+           static_cast<unsigned>(geteuid()));
+  snprintf(per_user[1], sizeof(per_user[1]), "/tmp/qpsock-%u", static_cast<unsigned>(geteuid()));
+  const char* candidates[] = {kSystemStatDirectory, per_user[0], per_user[1]};
+  const char* usable = nullptr;
+  for (const char* candidate : candidates) {
+    if (!usable_directory(candidate, true)) continue;
+    if (in_memory(candidate)) return copy_path(path, size, candidate);
+    if (usable == nullptr) usable = candidate;
+  }
+  return usable != nullptr && copy_path(path, size, usable);
 }
 
 }  // namespace qpsock::stats

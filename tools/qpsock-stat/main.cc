@@ -18,8 +18,8 @@ and offloaded, and why the connection is on its path.
 Options:
   -p, --pid PID    only process PID (and connections PID inherited)
   -j, --json       one JSON document instead of the table (see qpsock-stat(1))
-  -d, --dir DIR    read DIR instead of $QPSOCK_STAT_DIR, /run/qpsock and
-                   /tmp/qpsock-<uid>
+  -d, --dir DIR    read DIR instead of $QPSOCK_STAT_DIR, /run/qpsock,
+                   /dev/shm/qpsock-<uid> and /tmp/qpsock-<uid>
   -h, --help       show this help
   -V, --version    show the version
 

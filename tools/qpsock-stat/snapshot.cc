@@ -131,17 +131,20 @@ std::vector<std::string> stat_directories(const std::string& chosen) {
   if (!chosen.empty()) return {chosen};
   if (const char* variable = getenv("QPSOCK_STAT_DIR"); variable != nullptr && *variable != '\0')
     return {variable};
-  std::vector<std::string> directories{"/run/qpsock", "/tmp/qpsock-" + std::to_string(geteuid())};
+  const std::string user = std::to_string(geteuid());
+  std::vector<std::string> directories{"/run/qpsock", "/dev/shm/qpsock-" + user, "/tmp/qpsock-" + user};
   if (geteuid() == 0) {
-    if (DIR* tmp = opendir("/tmp")) {
-      while (dirent* entry = readdir(tmp)) {
+    for (const std::string parent : {"/dev/shm", "/tmp"}) {
+      DIR* listing = opendir(parent.c_str());
+      if (listing == nullptr) continue;
+      while (dirent* entry = readdir(listing)) {
         std::string name = entry->d_name;
-        std::string path = "/tmp/" + name;
+        std::string path = parent + "/" + name;
         if (name.rfind("qpsock-", 0) == 0 && name.find_first_not_of("0123456789", 7) == std::string::npos &&
             name.size() > 7 && std::find(directories.begin(), directories.end(), path) == directories.end())
           directories.push_back(path);
       }
-      closedir(tmp);
+      closedir(listing);
     }
   }
   return directories;

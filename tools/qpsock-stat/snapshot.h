@@ -34,7 +34,8 @@ struct ProcessSnapshot {
 };
 
 // The directories to read: `chosen` if not empty, else $QPSOCK_STAT_DIR if
-// set, else /run/qpsock and /tmp/qpsock-<uid> (for root, every /tmp/qpsock-*).
+// set, else /run/qpsock, /dev/shm/qpsock-<uid> and /tmp/qpsock-<uid> (for
+// root, every /dev/shm/qpsock-* and /tmp/qpsock-*).
 std::vector<std::string> stat_directories(const std::string& chosen);
 
 // Reads every statistics file in `directories`, sorted by pid. Files of
