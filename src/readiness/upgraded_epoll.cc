@@ -68,7 +68,7 @@ int epoll_control(int epoll_fd, int operation, int fd, epoll_event* event) {
   // A nested epoll set is remembered even before any socket is upgradable:
   // the sockets usually come later.
   std::atomic<uint32_t>* state = registry().fd_state.at(fd);
-  const bool may_watch = upgrade::any_connections() || upgrade::any_offers() ||
+  const bool may_watch = upgrade::any_connections_or_offers() ||
                          registry().watching.load(std::memory_order_relaxed) || is_epoll_set(state);
   if (!may_watch) return next::epoll_ctl(epoll_fd, operation, fd, event);
   std::shared_ptr<EpollSet> set = find_set(epoll_fd);

@@ -183,6 +183,8 @@ bool any_connections() { return registry().count.load(std::memory_order_relaxed)
 
 bool any_offers() { return registry().offers_made.load(std::memory_order_relaxed); }
 
+bool any_connections_or_offers() { return any_connections() || any_offers(); }
+
 ConnectionHold hold_connection(int fd) {
   ConnectionHold hold;
   Registry& entries = registry();
@@ -270,8 +272,7 @@ ConnectionHold claim_offer(int fd, stream::FunctionRef<void(Connection&)> prepar
 
 std::shared_ptr<Connection> detach_connection(int fd) {
   Registry& entries = registry();
-  if (entries.count.load(std::memory_order_acquire) == 0 && !entries.offers_made.load(std::memory_order_relaxed))
-    return nullptr;
+  if (!any_connections_or_offers()) return nullptr;
   std::atomic<Holder*>* slot = entries.by_fd.at(fd);
   return slot != nullptr ? replace(entries, *slot, nullptr) : nullptr;
 }

@@ -22,6 +22,9 @@ bool any_connections();
 // True once this process has offered an accepted connection (offer_unclaimed):
 // from then, an fd without a Connection may hold an offer.
 bool any_offers();
+// True if any fd of this process may have a Connection or an offer: the
+// test of the calls that must see both (close, dup, epoll, passing, fork).
+bool any_connections_or_offers();
 std::shared_ptr<Connection> find_connection(int fd);
 
 // A hold on fd's Connection for the length of one data call: it keeps the

@@ -94,7 +94,7 @@ void settle_before_passing(int fd, Connection& connection, int carrier_fd, int f
 void connections_before_passing(int carrier_fd, const msghdr& message, int flags) {
   // Without connections nothing is read (one test of a counter): a bad
   // pointer is the kernel's to refuse.
-  if ((!any_connections() && !any_offers()) || message.msg_control == nullptr ||
+  if (!any_connections_or_offers() || message.msg_control == nullptr ||
       message.msg_controllen < sizeof(cmsghdr))
     return;
   ErrnoGuard errno_guard;

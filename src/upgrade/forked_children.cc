@@ -48,7 +48,7 @@ void fork_finished(pid_t result) {
     ForkedChildrenMemory::reset_in_child();
     return;
   }
-  if (result > 0 && (any_connections() || any_offers())) {
+  if (result > 0 && any_connections_or_offers()) {
     const uint64_t slot = all.recorded.fetch_add(1, std::memory_order_acq_rel) % kRemembered;
     all.pids[slot].store(result, std::memory_order_release);
   }

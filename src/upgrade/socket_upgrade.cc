@@ -344,7 +344,7 @@ ConnectionHold claim_offered_connection(int fd) {
 }
 
 void begin_server_upgrade_when_watched(int fd) {
-  if (!any_connections() && !any_offers()) return;
+  if (!any_connections_or_offers()) return;
   std::shared_ptr<Connection> connection = claim_offered_connection(fd).shared();
   if (connection == nullptr || connection->role() != config::Role::server ||
       connection->phase() != UpgradePhase::offered)
@@ -526,7 +526,7 @@ void connection_copied(int source, int destination) {
 }
 
 void connection_closing(int fd) {
-  if (!any_connections() && !any_offers()) return;
+  if (!any_connections_or_offers()) return;
   ErrnoGuard errno_guard;
   std::shared_ptr<Connection> connection = detach_connection(fd);
   if (connection == nullptr) return;
