@@ -23,19 +23,12 @@
 extern char** environ;
 
 namespace qpsock::process {
-namespace {
-
-// The child's first fork handler: its wiped memory written before
-// anything reads it.
-void first_in_child() { touch_wiped_memory_in_child(); }
-
-}  // namespace
-
 void on_library_load() {
   libc::resolve_all_next_symbols();
   prepare_wiped_on_fork_memory();
-  // The child's fork handlers run in the order registered: this one first.
-  pthread_atfork(nullptr, nullptr, first_in_child);
+  // The child's fork handlers run in the order registered: this one first,
+  // so that its wiped memory is written before anything reads it.
+  pthread_atfork(nullptr, nullptr, touch_wiped_memory_in_child);
   watch_forks_for_kept_fds();
   capture_inherited_environment();
   upgrade::adopt_inherited_streams();
