@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 
 #include "common/startup_settings.h"
+#include "stats/stats_file_format.h"
 
 namespace qpsock::stats {
 namespace {
@@ -45,11 +47,14 @@ bool prepare_runtime_directory(char* path, size_t size) {
     return copy_path(path, size, chosen) && usable_directory(path, false);
   }
   // The first usable one in memory, else the first usable one.
-  char per_user[2][64];
-  snprintf(per_user[0], sizeof(per_user[0]), "%s/qpsock-%u", kSharedMemoryDirectory,
-           static_cast<unsigned>(geteuid()));
-  snprintf(per_user[1], sizeof(per_user[1]), "/tmp/qpsock-%u", static_cast<unsigned>(geteuid()));
-  const char* candidates[] = {kSystemStatDirectory, per_user[0], per_user[1]};
+  constexpr size_t kPerUser = std::size(format::kPerUserParents);
+  char per_user[kPerUser][64];
+  const char* candidates[1 + kPerUser] = {format::kSystemDirectory};
+  for (size_t index = 0; index < kPerUser; ++index) {
+    snprintf(per_user[index], sizeof(per_user[index]), "%s/%s%u", format::kPerUserParents[index],
+             format::kPerUserPrefix, static_cast<unsigned>(geteuid()));
+    candidates[1 + index] = per_user[index];
+  }
   const char* usable = nullptr;
   for (const char* candidate : candidates) {
     if (!usable_directory(candidate, true)) continue;

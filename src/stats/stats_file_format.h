@@ -25,6 +25,13 @@ inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kDefaultSlotCount = 1u << 16;  // a sparse file: a slot costs memory once used
 inline constexpr uint32_t kMaximumSlotCount = 1u << 16;  // the slot index has 16 bits in a handle
 inline constexpr const char* kFileSuffix = ".qpstat";
+// Where the files go without $QPSOCK_STAT_DIR, in this order: the system's
+// directory, then a per-user one (kPerUserPrefix and the uid) under each of
+// kPerUserParents. The library takes the first it can write in that is in
+// memory; qpsock-stat reads them all.
+inline constexpr const char* kSystemDirectory = "/run/qpsock";
+inline constexpr const char* kPerUserParents[] = {"/dev/shm", "/tmp"};
+inline constexpr const char* kPerUserPrefix = "qpsock-";
 // Processes listed per slot: the opener and the children that inherited the socket.
 inline constexpr int kUsersPerSlot = 8;
 

@@ -105,7 +105,7 @@ TEST(StatsRuntimeDirectory, WithoutTheVariableTheFirstUsableInMemory) {
   ASSERT_TRUE(prepare_runtime_directory(path, sizeof(path)));
   const std::string user = std::to_string(geteuid());
   const std::string chosen = path;
-  EXPECT_TRUE(chosen == kSystemStatDirectory || chosen == "/dev/shm/qpsock-" + user ||
+  EXPECT_TRUE(chosen == format::kSystemDirectory || chosen == "/dev/shm/qpsock-" + user ||
               chosen == "/tmp/qpsock-" + user)
       << chosen;
   constexpr decltype(statfs::f_type) kTmpfsMagic = 0x01021994;

@@ -132,16 +132,19 @@ std::vector<std::string> stat_directories(const std::string& chosen) {
   if (const char* variable = getenv("QPSOCK_STAT_DIR"); variable != nullptr && *variable != '\0')
     return {variable};
   const std::string user = std::to_string(geteuid());
-  std::vector<std::string> directories{"/run/qpsock", "/dev/shm/qpsock-" + user, "/tmp/qpsock-" + user};
+  const std::string prefix = format::kPerUserPrefix;
+  std::vector<std::string> directories{format::kSystemDirectory};
+  for (const std::string parent : format::kPerUserParents) directories.push_back(parent + "/" + prefix + user);
   if (geteuid() == 0) {
-    for (const std::string parent : {"/dev/shm", "/tmp"}) {
+    for (const std::string parent : format::kPerUserParents) {
       DIR* listing = opendir(parent.c_str());
       if (listing == nullptr) continue;
       while (dirent* entry = readdir(listing)) {
         std::string name = entry->d_name;
         std::string path = parent + "/" + name;
-        if (name.rfind("qpsock-", 0) == 0 && name.find_first_not_of("0123456789", 7) == std::string::npos &&
-            name.size() > 7 && std::find(directories.begin(), directories.end(), path) == directories.end())
+        if (name.rfind(prefix, 0) == 0 && name.size() > prefix.size() &&
+            name.find_first_not_of("0123456789", prefix.size()) == std::string::npos &&
+            std::find(directories.begin(), directories.end(), path) == directories.end())
           directories.push_back(path);
       }
       closedir(listing);
