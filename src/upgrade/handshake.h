@@ -18,7 +18,8 @@ namespace qpsock::upgrade {
 int run_handshake(Connection& connection, KeptFd tcp, int side_fd, uint64_t peer_socket_inode,
                   Deadline deadline);
 
-// The inode of the other end of TCP connection `tcp_fd` (it is on this host), or -errno.
+// The inode of the other end of TCP connection `tcp_fd` (it is on this
+// host), or -errno (find_tcp_socket_inode's: -EPIPE if that end was closed).
 int find_peer_socket_inode(int tcp_fd, uint64_t& inode);
 
 // Tells the shm links how long to outlive their last channel (link_idle_time).

@@ -85,8 +85,10 @@ int find_tcp_socket_inode(const sockaddr_storage& local, const sockaddr_storage&
   }
   if (header->nlmsg_type != SOCK_DIAG_BY_FAMILY) return -EPROTO;
   auto* found = static_cast<inet_diag_msg*>(NLMSG_DATA(header));
+  // No inode: no process holds the socket any more (closed, or in TIME_WAIT).
+  if (found->idiag_inode == 0) return -EPIPE;
   inode = found->idiag_inode;
-  return inode != 0 ? 0 : -ENOENT;
+  return 0;
 }
 
 int socket_inode_of_fd(int fd, uint64_t& inode) {

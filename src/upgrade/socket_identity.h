@@ -17,7 +17,8 @@ class Connection;
 
 // The inode of the TCP socket in this network namespace whose own address is
 // `local` and whose peer is `remote` (NETLINK_SOCK_DIAG, one exact lookup).
-// 0 or -errno (-ENOENT: no such socket here, e.g. the peer is on another host).
+// 0 or -errno (-ENOENT: no such socket here, e.g. the peer is on another host;
+// -EPIPE: it is here, but no process holds it: it was closed).
 int find_tcp_socket_inode(const sockaddr_storage& local, const sockaddr_storage& remote,
                           uint64_t& inode);
 

@@ -52,17 +52,27 @@ bool locates_client_later() {
   return same_host_path() != config::SameHost::rdma && shm_upgrade_delay() != Clock::duration::zero();
 }
 
-// Whether a server's client is met on this host (its socket's inode in
-// `client_inode`): unless same_host = rdma sends every peer over RDMA. One
-// exact SOCK_DIAG query, which fails at once for a peer on another host;
-// none once the connection knows it.
-bool met_on_this_host(int fd, Connection& connection, uint64_t& client_inode) {
-  if (same_host_path() == config::SameHost::rdma) return false;
+// Where a server's client is: on this host (its socket's inode in
+// `client_inode`), elsewhere (or sent over RDMA anyway: same_host = rdma),
+// or gone: its socket is on this host but closed, so there is nothing to
+// upgrade. One exact SOCK_DIAG query, which fails at once for a peer on
+// another host; none once the connection knows it.
+enum class ClientPlace { this_host, elsewhere, closed };
+
+ClientPlace locate_client(int fd, Connection& connection, uint64_t& client_inode) {
+  if (same_host_path() == config::SameHost::rdma) return ClientPlace::elsewhere;
   client_inode = connection.client_inode();
-  if (client_inode != 0) return true;
-  if (find_peer_socket_inode(fd, client_inode) != 0) return false;
+  if (client_inode != 0) return ClientPlace::this_host;
+  const int found = find_peer_socket_inode(fd, client_inode);
+  if (found == -EPIPE) return ClientPlace::closed;
+  if (found != 0) return ClientPlace::elsewhere;
   connection.note_client_inode(client_inode);
-  return true;
+  return ClientPlace::this_host;
+}
+
+void decline_client_closed(int fd, Connection& connection) {
+  QPSOCK_LOG(info, "fd %d: the client closed its end before the upgrade; stays on TCP", fd);
+  connection.decline("the client closed its end before the upgrade");
 }
 
 // io_uring reads and writes sockets behind qpsock's back: true (declined,
@@ -92,19 +102,24 @@ void locate_client_in_worker(int fd, uint64_t socket_inode, const std::weak_ptr<
   // The worker runs in the process that claimed the attempt.
   if (declined_for_io_uring(fd, *connection)) return;
   uint64_t client_inode = 0;
-  bool on_this_host = false;
+  ClientPlace place = ClientPlace::elsewhere;
   sockaddr_storage local{}, peer{};
   KeptFd tcp;
   // Under a use of the socket's current number (the application may have renumbered it).
   const int result = read_socket(*connection, fd, socket_inode, [&](int kept) {
-    on_this_host = met_on_this_host(kept, *connection, client_inode);
-    return on_this_host ? 0 : server_meeting_addresses(kept, local, peer);
+    place = locate_client(kept, *connection, client_inode);
+    return place == ClientPlace::elsewhere ? server_meeting_addresses(kept, local, peer) : 0;
   }, tcp);
   if (result < 0) {
     connection->decline(result == -ENOTCONN ? "the socket was closed before its upgrade"
                                             : "the socket's addresses could not be read");
     return;
   }
+  if (place == ClientPlace::closed) {
+    decline_client_closed(tcp.fd, *connection);
+    return;
+  }
+  const bool on_this_host = place == ClientPlace::this_host;
   if (early && (!on_this_host || same_host_path() == config::SameHost::kernel)) return;
   if (!on_this_host) {
     queue_server_verbs_upgrade(tcp.fd, socket_inode, local, peer, connection, deadline,
@@ -248,7 +263,12 @@ void try_server_upgrade(int fd, const std::shared_ptr<Connection>& connection) {
   // Checked here, in the process that does the I/O (a forked child may differ).
   if (declined_for_io_uring(fd, *connection)) return;
   uint64_t client_inode = 0;
-  if (met_on_this_host(fd, *connection, client_inode)) {
+  const ClientPlace place = locate_client(fd, *connection, client_inode);
+  if (place == ClientPlace::closed) {
+    decline_client_closed(fd, *connection);
+    return;
+  }
+  if (place == ClientPlace::this_host) {
     if (same_host_path() == config::SameHost::kernel)
       decline_same_host_off(fd, *connection);
     else
@@ -355,7 +375,8 @@ void begin_server_upgrade_when_watched(int fd) {
   // application's thread, and io_uring declined there with its line; with
   // it, both when the attempt begins.
   if (!locates_client_later() &&
-      (met_on_this_host(fd, *connection, client_inode) || process_uses_io_uring()))
+      (locate_client(fd, *connection, client_inode) != ClientPlace::elsewhere ||
+       process_uses_io_uring()))
     return;
   if (!connection->claim_server_attempt()) return;
   if (locates_client_later())

@@ -4,7 +4,10 @@
 # Plainly that works; under qpsock it must too, and qpsock's own descriptors
 # must stay out of the application's range (src/common/own_descriptor.h):
 # - soft 1024 under a higher hard limit: every connection upgrades, its
-#   descriptors renumbered above 1024;
+#   descriptors renumbered above 1024 (the client holds them all a while
+#   after the last opened: a server begins an upgrade shm_upgrade_delay
+#   after a connection's first I/O, and one whose client closed first
+#   stays on TCP);
 # - soft = hard = 1024: no room above, so every connection stays on TCP,
 #   with one warning line from each process that would have used some.
 # usage: descriptor_limit.sh [RUNNER...]   (see lib.sh; default: plain qpsock)
@@ -13,6 +16,8 @@ parse_runners "$@"
 require_tools python3 prlimit
 
 count=1000
+# 20 times the default shm_upgrade_delay.
+hold_seconds=1
 program=$QPSOCK_SOURCE_DIR/tests/programs/connection_hoard.py
 hard=$(ulimit -Hn)
 [[ $hard == unlimited ]] && hard=1048576
@@ -27,7 +32,7 @@ hoard() {
     "$port_file" "$count"
   for _ in $(seq 200); do [[ -s $port_file ]] && break; sleep 0.05; done
   if run_under "$runner" 120 prlimit --nofile="$limits" python3 "$program" client \
-    "$(cat "$port_file" 2>/dev/null)" "$count" >"$TEST_TMP/client.$tag" 2>&1; then
+    "$(cat "$port_file" 2>/dev/null)" "$count" "$hold_seconds" >"$TEST_TMP/client.$tag" 2>&1; then
     log "$(cat "$TEST_TMP/client.$tag")"
   else
     fail "$tag: client failed: $(tail -n 2 "$TEST_TMP/client.$tag" | tr '\n' ' ')"

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Holds many connections open at once, as a client near its descriptor limit
 does. `connection_hoard.py server PORTFILE N` echoes (selectors) until N
-connections have closed; `connection_hoard.py client PORT N` opens N
+connections have closed; `connection_hoard.py client PORT N [HOLD]` opens N
 connections one after another, each writing 64 bytes and checking their echo
-while all the earlier ones stay open, then closes them all. Each side prints
+while all the earlier ones stay open, holds them all HOLD seconds more
+(default 0), then closes them all. Each side prints
 one line with its count and its open descriptors. Exit status 0 only if every
 connect, accept and echo succeeded."""
 import hashlib
@@ -11,6 +12,7 @@ import os
 import selectors
 import socket
 import sys
+import time
 
 
 def open_descriptors():
@@ -51,7 +53,7 @@ def serve(port_file, connections):
     return 0
 
 
-def hoard(port, connections):
+def hoard(port, connections, hold):
     held = []
     for index in range(connections):
         try:
@@ -72,6 +74,7 @@ def hoard(port, connections):
             return 1
         held.append(connection)
     print("client: opened %d, %d descriptors" % (len(held), open_descriptors()))
+    time.sleep(hold)
     for connection in held:
         connection.close()
     return 0
@@ -80,4 +83,5 @@ def hoard(port, connections):
 if __name__ == "__main__":
     if sys.argv[1] == "server":
         sys.exit(serve(sys.argv[2], int(sys.argv[3])))
-    sys.exit(hoard(int(sys.argv[2]), int(sys.argv[3])))
+    sys.exit(hoard(int(sys.argv[2]), int(sys.argv[3]),
+                   float(sys.argv[4]) if len(sys.argv) > 4 else 0))

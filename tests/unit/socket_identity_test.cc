@@ -210,3 +210,52 @@ TEST(ProcessHoldsSocket, ASocketTheProcessDoesNotHoldIsNotFoundUnderAnyName) {
 
 }  // namespace
 }  // namespace qpsock::upgrade
+
+// The server's look for its client's socket by the connection's addresses:
+// found while the client holds it; once the client closed it, known to be
+// here but held by no one, so the server does not take the client for one
+// on another host.
+namespace qpsock::upgrade {
+namespace {
+
+int peer_inode_by_addresses(int fd, uint64_t& inode) {
+  sockaddr_storage local{}, remote{};
+  socklen_t length = sizeof(local);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length), 0);
+  length = sizeof(remote);
+  EXPECT_EQ(getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &length), 0);
+  return find_tcp_socket_inode(remote, local, inode);
+}
+
+TEST(FindTcpSocketInode, ThePeersSocketIsFoundWhileItIsHeld) {
+  TcpPair pair;
+  ASSERT_NO_FATAL_FAILURE(make_pair(pair, kFirstFd + 48));
+  uint64_t inode = 0;
+  EXPECT_EQ(peer_inode_by_addresses(pair.accepted.get(), inode), 0);
+  EXPECT_EQ(inode, inode_of(pair.connecting.get()));
+}
+
+TEST(FindTcpSocketInode, APeerSocketClosedReadsAsHereButHeldByNoOne) {
+  TcpPair pair;
+  ASSERT_NO_FATAL_FAILURE(make_pair(pair, kFirstFd + 52));
+  pair.connecting.reset();
+  uint64_t inode = 0;
+  EXPECT_EQ(peer_inode_by_addresses(pair.accepted.get(), inode), -EPIPE);
+  EXPECT_EQ(inode, 0u);
+}
+
+TEST(FindTcpSocketInode, NoSuchSocketReadsAsNotHere) {
+  TcpPair pair;
+  ASSERT_NO_FATAL_FAILURE(make_pair(pair, kFirstFd + 56));
+  sockaddr_storage local{}, remote{};
+  socklen_t length = sizeof(local);
+  ASSERT_EQ(getsockname(pair.accepted.get(), reinterpret_cast<sockaddr*>(&local), &length), 0);
+  length = sizeof(remote);
+  ASSERT_EQ(getpeername(pair.accepted.get(), reinterpret_cast<sockaddr*>(&remote), &length), 0);
+  reinterpret_cast<sockaddr_in&>(remote).sin_port = htons(1);  // no socket has this tuple
+  uint64_t inode = 0;
+  EXPECT_EQ(find_tcp_socket_inode(remote, local, inode), -ENOENT);
+}
+
+}  // namespace
+}  // namespace qpsock::upgrade
