@@ -9,8 +9,10 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/log.h"
 #include "common/own_descriptor.h"
 #include "libc/next_symbols.h"
+#include "upgrade/connection.h"
 
 namespace qpsock::upgrade {
 namespace {
@@ -60,6 +62,13 @@ bool process_uses_io_uring() {
   if (!last_check_ns.compare_exchange_strong(last, now, std::memory_order_relaxed)) return false;
   if (maps_show_io_uring()) io_uring_seen.store(true, std::memory_order_relaxed);
   return io_uring_seen.load(std::memory_order_relaxed);
+}
+
+bool declined_for_io_uring(int fd, Connection& connection) {
+  if (!process_uses_io_uring()) return false;
+  QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
+  connection.decline("the process uses io_uring");
+  return true;
 }
 
 }  // namespace qpsock::upgrade

@@ -11,8 +11,14 @@
 
 namespace qpsock::upgrade {
 
+class Connection;
+
 // True once the process is seen with an io_uring; sticky. Reads
 // /proc/self/maps at most every 100 ms (an upgrade burst pays it once).
 bool process_uses_io_uring();
+
+// True, with `connection` (at `fd`) declined and its log line, if the
+// process uses io_uring; asked when an upgrade is about to begin.
+bool declined_for_io_uring(int fd, Connection& connection);
 
 }  // namespace qpsock::upgrade

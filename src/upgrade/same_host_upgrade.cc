@@ -17,11 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Below this the client listens before its SYN: the worker may begin a
-// server's attempt up to 10 ms early (it batches), and half a short delay
-// would leave the agent no time to open the listener first.
-constexpr std::chrono::milliseconds kShortestPlannedDelay{40};
-
 // The handshake over `side_fd`, connected to the client's listener, once
 // the attempt has begun (the phase is negotiating). Closes side_fd.
 void negotiate(Connection& connection, KeptFd tcp, int side_fd, uint64_t client_inode,
@@ -76,7 +71,7 @@ uint64_t shm_upgrade_bytes() { return config::process_config().tunables().shm_up
 int prepare_same_host_offer(int tcp_fd, uint64_t& tcp_socket_inode, ClientListeners& listeners,
                             const char*& reason) {
   const Clock::duration delay = shm_upgrade_delay();
-  if (delay >= kShortestPlannedDelay) {
+  if (delay >= kShortestPlannedListenerDelay) {
     listeners.planned_same_host = Clock::now() + delay / 2;
     return 0;
   }

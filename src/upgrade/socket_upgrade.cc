@@ -43,13 +43,20 @@ config::SameHost same_host_path() { return config::process_config().tunables().s
 using Clock = std::chrono::steady_clock;
 
 // How long after its claim the worker first looks for a server's client:
-// the shorter delay, since where the client is is not known before.
-Clock::duration first_look_delay() { return std::min(shm_upgrade_delay(), rdma_upgrade_delay()); }
+// the shorter delay, since where the client is is not known before (with
+// same_host = rdma every client is met over RDMA).
+Clock::duration first_look_delay() {
+  if (same_host_path() == config::SameHost::rdma) return rdma_upgrade_delay();
+  return std::min(shm_upgrade_delay(), rdma_upgrade_delay());
+}
 
-// Whether the server looks for its client in the worker once
-// shm_upgrade_delay is over, rather than at its first I/O in its own thread.
+// Whether the server looks for its client in the worker once that delay is
+// over, rather than at its first I/O in its own thread: a connection closed
+// sooner costs the server no system call for its upgrade.
 bool locates_client_later() {
-  return same_host_path() != config::SameHost::rdma && shm_upgrade_delay() != Clock::duration::zero();
+  const Clock::duration delay = same_host_path() == config::SameHost::rdma ? rdma_upgrade_delay()
+                                                                         : shm_upgrade_delay();
+  return delay != Clock::duration::zero();
 }
 
 // Where a server's client is: on this host (its socket's inode in
@@ -73,15 +80,6 @@ ClientPlace locate_client(int fd, Connection& connection, uint64_t& client_inode
 void decline_client_closed(int fd, Connection& connection) {
   QPSOCK_LOG(info, "fd %d: the client closed its end before the upgrade; stays on TCP", fd);
   connection.decline("the client closed its end before the upgrade");
-}
-
-// io_uring reads and writes sockets behind qpsock's back: true (declined,
-// with its line) if this process uses it.
-bool declined_for_io_uring(int fd, Connection& connection) {
-  if (!process_uses_io_uring()) return false;
-  QPSOCK_LOG(info, "fd %d: this process uses io_uring, which qpsock cannot see; stays on TCP", fd);
-  connection.decline("the process uses io_uring");
-  return true;
 }
 
 void decline_same_host_off(int fd, Connection& connection) {
@@ -287,7 +285,6 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
   // it carries the reason to qpsock-stat, and the first data call drops it.
   auto connection = std::make_shared<Connection>(config::Role::client);
   attach_connection(fd, connection);
-  if (declined_for_io_uring(fd, *connection)) return;
   const config::SameHost same_host = same_host_path();
   const bool on_this_host = is_local_address(destination, length);
   if (on_this_host && same_host == config::SameHost::kernel) {
@@ -296,35 +293,31 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
     return;
   }
   // The socket's inode names its listener: read when one opens, here or,
-  // planned, in the agent (a connection that ends sooner never costs it).
+  // planned, in the agent, which also looks for io_uring then (a connection
+  // that ends sooner never costs either).
+  const bool over_shm = on_this_host && same_host == config::SameHost::shm;
+  const Clock::duration delay = over_shm ? shm_upgrade_delay() : rdma_upgrade_delay();
+  if (delay < kShortestPlannedListenerDelay && declined_for_io_uring(fd, *connection)) return;
   uint64_t inode = 0;
   ClientListeners listeners;
-  if (on_this_host && same_host == config::SameHost::shm) {
-    const char* reason = nullptr;
-    if (const int error = prepare_same_host_offer(fd, inode, listeners, reason); error < 0) {
-      QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", fd, reason, error);
-      connection->decline(reason);
-      return;
-    }
+  const char* reason = nullptr;
+  int error = 0;
+  if (over_shm) {
+    error = prepare_same_host_offer(fd, inode, listeners, reason);
+  } else if (delay >= kShortestPlannedListenerDelay) {
+    listeners.planned_rdma = Clock::now() + delay / 2;
   } else {
-    const char* reason = nullptr;
+    // The listener must be there before the SYN goes out: the server may come at once.
     RdmaListenerPlan plan;
-    int error = prepare_verbs_offer(fd, destination, length, plan, reason);
-    // With no delay (or a short one) the listener must be there before the SYN goes out:
-    // the server may come at once.
-    if (error == 0 && plan.listen_at <= std::chrono::steady_clock::now()) {
-      error = socket_inode_of_fd(fd, inode);
-      if (error < 0)
-        reason = "the socket's identity could not be read";
-      else
-        error = open_verbs_listener(fd, plan, listeners.rdma, reason);
-    } else if (error == 0)
-      listeners.planned_rdma = plan;
-    if (error < 0) {
-      QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", fd, reason, error);
-      connection->decline(reason);
-      return;
-    }
+    error = prepare_verbs_offer(fd, destination, length, plan, reason);
+    if (error == 0 && (error = socket_inode_of_fd(fd, inode)) < 0)
+      reason = "the socket's identity could not be read";
+    if (error == 0) error = open_verbs_listener(fd, plan, listeners.rdma, reason);
+  }
+  if (error < 0) {
+    QPSOCK_LOG(info, "fd %d: %s (%d); stays on TCP", fd, reason, error);
+    connection->decline(reason);
+    return;
   }
   offer_upgrade(std::move(listeners), fd, inode, connection, upgrade_deadline());
 }

@@ -21,6 +21,7 @@
 #include "upgrade/forked_children.h"
 #include "transport/shm/link_channels.h"
 #include "upgrade/handshake.h"
+#include "upgrade/io_uring_detector.h"
 #include "upgrade/link_upgrade.h"
 #include "upgrade/same_host_upgrade.h"
 #include "upgrade/socket_identity.h"
@@ -345,10 +346,27 @@ bool read_planned_socket(Offer& offer) {
          connection_socket_inode(offer.tcp_fd, *connection, offer.tcp_socket_inode) == 0;
 }
 
+// A planned rdma_cm listener's plan, read from the socket under its current
+// number. 0, or -errno with `reason`.
+int plan_rdma_listener(const Offer& offer, RdmaListenerPlan& plan, const char*& reason) {
+  const std::shared_ptr<Connection> connection = offer.connection.lock();
+  KeptFd tcp;
+  const int result = connection == nullptr ? -ENOTCONN : read_socket(*connection, offer.tcp_fd, offer.tcp_socket_inode, [&](int fd) {
+    return prepare_planned_verbs_offer(fd, plan, reason);
+  }, tcp);
+  if (result == -ENOTCONN && reason == nullptr) reason = "closed before its upgrade";
+  return result;
+}
+
 void UpgradeAgent::open_planned_listener(Offer offer) {
   // Closed while an answer ran: never opened.
   if (offer.connection.expired() || !read_planned_socket(offer)) {
     close_offer(offer, "closed before its upgrade");
+    return;
+  }
+  if (const std::shared_ptr<Connection> connection = offer.connection.lock();
+      connection != nullptr && declined_for_io_uring(offer.tcp_fd, *connection)) {
+    end_offer(offer);
     return;
   }
   const bool same_host = offer.listeners.planned_same_host.has_value();
@@ -364,9 +382,10 @@ void UpgradeAgent::open_planned_listener(Offer offer) {
     offer.listeners.same_host_fd = listen_for_upgrade(offer.tcp_socket_inode);
     if ((error = offer.listeners.same_host_fd) < 0) reason = "no side-channel listener";
   } else {
-    const RdmaListenerPlan plan = *offer.listeners.planned_rdma;
     offer.listeners.planned_rdma.reset();
-    error = open_verbs_listener(offer.tcp_fd, plan, offer.listeners.rdma, reason);
+    RdmaListenerPlan plan;
+    error = plan_rdma_listener(offer, plan, reason);
+    if (error == 0) error = open_verbs_listener(offer.tcp_fd, plan, offer.listeners.rdma, reason);
   }
   offer.listeners.planned_same_host.reset();
   if (error < 0 && !(same_host && is_descriptor_limit(error))) {
@@ -566,8 +585,7 @@ void wake_upgrade_agent() { agent().wake(); }
 
 std::optional<std::chrono::steady_clock::time_point> ClientListeners::next_planned() const {
   if (planned_same_host) return planned_same_host;
-  if (planned_rdma) return planned_rdma->listen_at;
-  return std::nullopt;
+  return planned_rdma;
 }
 
 void offer_upgrade(ClientListeners listeners, int tcp_fd, uint64_t tcp_socket_inode,

@@ -16,16 +16,20 @@
 
 namespace qpsock::upgrade {
 
-// An rdma_cm listener the agent opens at `listen_at` if the connection is
-// still open then: half of rdma_upgrade_delay after the connect, while the
-// server waits the whole delay after its first I/O. A connection closed
-// sooner never costs a listener (an rdma_cm id bound, listened on and
-// destroyed: a few milliseconds of the process's CPU over Soft-RoCE).
+// Where and how a client's rdma_cm listener listens (verbs_upgrade.h).
 struct RdmaListenerPlan {
   sockaddr_storage meeting{};
   transport::verbs::VerbsOptions options;
-  std::chrono::steady_clock::time_point listen_at;
 };
+
+// A delay at least this long (shm_upgrade_delay, rdma_upgrade_delay) has
+// the agent open the client's listener half of it after the connect, if the
+// connection is still open then, while the server waits the whole delay
+// after its first I/O; a connection closed sooner costs its client nothing
+// more than its Connection. Below it the listener opens before the SYN: the
+// worker may begin a server's attempt up to 10 ms early (it batches), and
+// half a short delay would leave the agent no time to open it first.
+inline constexpr std::chrono::milliseconds kShortestPlannedListenerDelay{40};
 
 // What a client connection offers a server: a same-host listener (an
 // AF_UNIX socket, side_channel.h) or the time to open it (half of
@@ -36,7 +40,8 @@ struct ClientListeners {
   int same_host_fd = -1;
   std::optional<std::chrono::steady_clock::time_point> planned_same_host;
   std::unique_ptr<transport::verbs::VerbsListener> rdma;
-  std::optional<RdmaListenerPlan> planned_rdma;
+  // When the agent prepares and opens the rdma_cm listener.
+  std::optional<std::chrono::steady_clock::time_point> planned_rdma;
 
   // When the first planned listener is due, if one is.
   std::optional<std::chrono::steady_clock::time_point> next_planned() const;

@@ -210,6 +210,12 @@ int client_meeting_address(int tcp_fd, const sockaddr* destination, socklen_t le
   return 0;
 }
 
+int connected_meeting_address(int tcp_fd, sockaddr_storage& meeting) {
+  if (int error = local_address_of(tcp_fd, meeting); error < 0) return error;
+  unmap_ipv4(meeting);
+  return 0;
+}
+
 int server_meeting_addresses(int tcp_fd, sockaddr_storage& local, sockaddr_storage& peer) {
   if (int error = local_address_of(tcp_fd, local); error < 0) return error;
   socklen_t length = sizeof(peer);

@@ -30,6 +30,10 @@ bool is_local_address(const sockaddr* address, socklen_t length);
 int client_meeting_address(int tcp_fd, const sockaddr* destination, socklen_t length,
                            sockaddr_storage& meeting);
 
+// A client whose connect has bound its socket: the address its listener
+// takes, the socket's own (as the server sees it as its peer). 0 or -errno.
+int connected_meeting_address(int tcp_fd, sockaddr_storage& meeting);
+
 // A server: where to connect from (its TCP address, any port, so that the
 // connection takes the TCP connection's device) and to (the client's
 // meeting address: the connection's peer address). 0 or -errno.

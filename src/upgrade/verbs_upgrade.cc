@@ -133,23 +133,33 @@ void connect_in_worker(int tcp_fd, uint64_t tcp_socket_inode, const std::weak_pt
              describe_address(peer).c_str());
 }
 
+// The listener's options, sized for the socket's stream; -ENODEV with
+// `reason` if RDMA cannot carry it.
+int plan_listener_options(int tcp_fd, RdmaListenerPlan& plan, const char*& reason) {
+  const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
+  if ((reason = reason_rdma_unusable(settings.ring_size)) != nullptr) return -ENODEV;
+  plan.options = options_for(settings);
+  return 0;
+}
+
 }  // namespace
 
 int prepare_verbs_offer(int tcp_fd, const sockaddr* destination, socklen_t length,
                         RdmaListenerPlan& plan, const char*& reason) {
-  const stream::StreamSettings settings = stream_settings_for_socket(tcp_fd);
-  if ((reason = reason_rdma_unusable(settings.ring_size)) != nullptr) return -ENODEV;
+  if (int error = plan_listener_options(tcp_fd, plan, reason); error < 0) return error;
   if (int error = client_meeting_address(tcp_fd, destination, length, plan.meeting); error < 0) {
     reason = "the source port is not known before connect";
     return error;
   }
-  plan.options = options_for(settings);
-  // Below 40 ms the listener is opened at once (in connect()): the server
-  // may come up to 10 ms early (the worker's batching), and half a short
-  // delay would leave the agent no time to open it first.
-  const auto delay = rdma_upgrade_delay();
-  plan.listen_at = std::chrono::steady_clock::now();
-  if (delay >= std::chrono::milliseconds{40}) plan.listen_at += delay / 2;
+  return 0;
+}
+
+int prepare_planned_verbs_offer(int tcp_fd, RdmaListenerPlan& plan, const char*& reason) {
+  if (int error = plan_listener_options(tcp_fd, plan, reason); error < 0) return error;
+  if (int error = connected_meeting_address(tcp_fd, plan.meeting); error < 0) {
+    reason = "the socket's address could not be read";
+    return error;
+  }
   return 0;
 }
 

@@ -23,12 +23,19 @@
 
 namespace qpsock::upgrade {
 
-// Client, in connect() before the SYN: where and how to listen with rdma_cm
-// (the socket's own endpoint, bound now if need be; options sized for its
+// Client, in connect() before the SYN, when rdma_upgrade_delay is below
+// kShortestPlannedListenerDelay: where and how to listen with rdma_cm (the
+// socket's own endpoint, bound now if need be; options sized for its
 // stream). 0, or -errno with `reason` (a string literal, for qpsock-stat)
 // saying why no upgrade can be offered; nothing is logged.
 int prepare_verbs_offer(int tcp_fd, const sockaddr* destination, socklen_t length,
                         RdmaListenerPlan& plan, const char*& reason);
+
+// Client, in the upgrade agent once a planned listener is due, its socket
+// connected and at `tcp_fd` (read under its current number): the same, the
+// endpoint read from the socket. The RDMA libraries load here, off the
+// application's threads, for a connection that lived long enough.
+int prepare_planned_verbs_offer(int tcp_fd, RdmaListenerPlan& plan, const char*& reason);
 
 // Client, in connect() or later in the upgrade agent: the rdma_cm listener
 // `plan` describes. 0, or -errno with `reason` as above; logs only at debug.
