@@ -347,15 +347,14 @@ bool read_planned_socket(Offer& offer) {
 }
 
 // A planned rdma_cm listener's plan, read from the socket under its current
-// number. 0, or -errno with `reason`.
+// number. 0, -ENOTCONN once the socket is gone (no line to log), or -errno
+// with `reason`.
 int plan_rdma_listener(const Offer& offer, RdmaListenerPlan& plan, const char*& reason) {
   const std::shared_ptr<Connection> connection = offer.connection.lock();
+  if (connection == nullptr) return -ENOTCONN;
   KeptFd tcp;
-  const int result = connection == nullptr ? -ENOTCONN : read_socket(*connection, offer.tcp_fd, offer.tcp_socket_inode, [&](int fd) {
-    return prepare_planned_verbs_offer(fd, plan, reason);
-  }, tcp);
-  if (result == -ENOTCONN && reason == nullptr) reason = "closed before its upgrade";
-  return result;
+  return read_socket(*connection, offer.tcp_fd, offer.tcp_socket_inode,
+                     [&](int fd) { return prepare_planned_verbs_offer(fd, plan, reason); }, tcp);
 }
 
 void UpgradeAgent::open_planned_listener(Offer offer) {
@@ -385,6 +384,10 @@ void UpgradeAgent::open_planned_listener(Offer offer) {
     offer.listeners.planned_rdma.reset();
     RdmaListenerPlan plan;
     error = plan_rdma_listener(offer, plan, reason);
+    if (error == -ENOTCONN) {
+      close_offer(offer, "closed before its upgrade");
+      return;
+    }
     if (error == 0) error = open_verbs_listener(offer.tcp_fd, plan, offer.listeners.rdma, reason);
   }
   offer.listeners.planned_same_host.reset();
