@@ -217,5 +217,37 @@ TEST(VerbsAddresses, TheServerMeetsTheClientAtItsPeerAddress) {
   EXPECT_FALSE(is_tcp_peer_address(tcp_peer, as_sockaddr(stranger)));
 }
 
+// A listener planned for later (rdma_upgrade_delay 40 ms or more) reads its
+// address once connect() has bound the socket: the server's peer address,
+// also for an AF_INET6 socket talking IPv4 (the mapped address comes out
+// plain, as rdma_cm resolves it). No bind of its own before connect().
+TEST(VerbsAddresses, AConnectedClientMeetsWhereTheServerLooks) {
+  sockaddr_in server{};
+  const UniqueFd listener = loopback_listener(server);
+  ASSERT_TRUE(listener.valid());
+  for (const int family : {AF_INET, AF_INET6}) {
+    SCOPED_TRACE(family == AF_INET ? "AF_INET" : "AF_INET6, IPv4-mapped");
+    UniqueFd client(socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(client.valid());
+    if (family == AF_INET) {
+      ASSERT_EQ(connect(client.get(), as_sockaddr(server), sizeof(server)), 0);
+    } else {
+      sockaddr_in6 mapped{};
+      mapped.sin6_family = AF_INET6;
+      mapped.sin6_port = server.sin_port;
+      ASSERT_EQ(inet_pton(AF_INET6, "::ffff:127.0.0.1", &mapped.sin6_addr), 1);
+      ASSERT_EQ(connect(client.get(), reinterpret_cast<const sockaddr*>(&mapped), sizeof(mapped)), 0);
+    }
+    UniqueFd accepted(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    ASSERT_TRUE(accepted.valid());
+    sockaddr_storage meeting{};
+    ASSERT_EQ(connected_meeting_address(client.get(), meeting), 0);
+    sockaddr_storage local{}, peer{};
+    ASSERT_EQ(server_meeting_addresses(accepted.get(), local, peer), 0);
+    EXPECT_EQ(meeting.ss_family, AF_INET);
+    EXPECT_EQ(std::memcmp(&peer, &meeting, sizeof(sockaddr_in)), 0);
+  }
+}
+
 }  // namespace
 }  // namespace qpsock::upgrade

@@ -61,6 +61,7 @@ bool load() {
                missing);
     return false;
   }
+  QPSOCK_LOG(debug, "RDMA libraries loaded (libibverbs, librdmacm)");
   return true;
 }
 
