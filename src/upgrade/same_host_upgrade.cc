@@ -1,5 +1,6 @@
 #include "upgrade/same_host_upgrade.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 
@@ -68,23 +69,11 @@ std::chrono::steady_clock::duration shm_upgrade_delay() {
 
 uint64_t shm_upgrade_bytes() { return config::process_config().tunables().shm_upgrade_bytes; }
 
-int prepare_same_host_offer(int tcp_fd, uint64_t& tcp_socket_inode, ClientListeners& listeners,
+int open_same_host_listener(uint64_t tcp_socket_inode, ClientListeners& listeners,
                             const char*& reason) {
-  const Clock::duration delay = shm_upgrade_delay();
-  if (delay >= kShortestPlannedListenerDelay) {
-    listeners.planned_same_host = Clock::now() + delay / 2;
-    return 0;
-  }
-  if (const int error = socket_inode_of_fd(tcp_fd, tcp_socket_inode); error < 0) {
-    reason = "the socket's identity could not be read";
-    return error;
-  }
   listeners.same_host_fd = listen_for_upgrade(tcp_socket_inode);
-  if (listeners.same_host_fd < 0) {
-    reason = "no side-channel listener";
-    return listeners.same_host_fd;
-  }
-  return 0;
+  if (listeners.same_host_fd < 0) reason = "no side-channel listener";
+  return std::min(listeners.same_host_fd, 0);
 }
 
 void attempt_same_host_upgrade_now(int tcp_fd, Connection& connection, uint64_t client_inode,

@@ -23,12 +23,11 @@ namespace qpsock::upgrade {
 std::chrono::steady_clock::duration shm_upgrade_delay();
 uint64_t shm_upgrade_bytes();
 
-// Client, in connect() before the SYN: opens the listener of the socket at
-// `tcp_fd` now (its inode read into `tcp_socket_inode`), or plans it in
-// `listeners` for the agent (which reads the inode then, leaving it 0
-// here). 0, or -errno with `reason` (a string literal, for qpsock-stat);
-// logs nothing.
-int prepare_same_host_offer(int tcp_fd, uint64_t& tcp_socket_inode, ClientListeners& listeners,
+// Client: opens the side-channel listener of the socket `tcp_socket_inode`
+// into `listeners` (in connect() before the SYN with a short
+// shm_upgrade_delay, else in the agent once it is due). 0, or -errno with
+// `reason` (a string literal, for qpsock-stat); logs nothing.
+int open_same_host_listener(uint64_t tcp_socket_inode, ClientListeners& listeners,
                             const char*& reason);
 
 // Server, at the connection's first I/O in this process with

@@ -292,26 +292,29 @@ void offer_client_upgrade(int fd, const sockaddr* destination, socklen_t length)
     connection->decline("same-host upgrades are off (same_host = kernel)");
     return;
   }
-  // The socket's inode names its listener: read when one opens, here or,
-  // planned, in the agent, which also looks for io_uring then (a connection
-  // that ends sooner never costs either).
+  // Planned: the agent opens the listener half the delay from now, and
+  // looks for io_uring and reads the socket's inode (which names the
+  // listener) then; a connection that ends sooner costs neither.
   const bool over_shm = on_this_host && same_host == config::SameHost::shm;
   const Clock::duration delay = over_shm ? shm_upgrade_delay() : rdma_upgrade_delay();
-  if (delay < kShortestPlannedListenerDelay && declined_for_io_uring(fd, *connection)) return;
-  uint64_t inode = 0;
   ClientListeners listeners;
+  if (delay >= kShortestPlannedListenerDelay) {
+    (over_shm ? listeners.planned_same_host : listeners.planned_rdma) = Clock::now() + delay / 2;
+    offer_upgrade(std::move(listeners), fd, 0, connection, upgrade_deadline());
+    return;
+  }
+  // Now: the listener must be there before the SYN goes out, since the server may come at once.
+  if (declined_for_io_uring(fd, *connection)) return;
+  uint64_t inode = 0;
   const char* reason = nullptr;
-  int error = 0;
-  if (over_shm) {
-    error = prepare_same_host_offer(fd, inode, listeners, reason);
-  } else if (delay >= kShortestPlannedListenerDelay) {
-    listeners.planned_rdma = Clock::now() + delay / 2;
+  int error = socket_inode_of_fd(fd, inode);
+  if (error < 0) {
+    reason = "the socket's identity could not be read";
+  } else if (over_shm) {
+    error = open_same_host_listener(inode, listeners, reason);
   } else {
-    // The listener must be there before the SYN goes out: the server may come at once.
     RdmaListenerPlan plan;
     error = prepare_verbs_offer(fd, destination, length, plan, reason);
-    if (error == 0 && (error = socket_inode_of_fd(fd, inode)) < 0)
-      reason = "the socket's identity could not be read";
     if (error == 0) error = open_verbs_listener(fd, plan, listeners.rdma, reason);
   }
   if (error < 0) {

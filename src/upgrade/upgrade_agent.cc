@@ -377,9 +377,7 @@ void UpgradeAgent::open_planned_listener(Offer offer) {
     error = -EMFILE;
     reason = "no descriptor for the upgrade (RLIMIT_NOFILE)";
   } else if (same_host) {
-    offer.listeners.planned_same_host.reset();
-    offer.listeners.same_host_fd = listen_for_upgrade(offer.tcp_socket_inode);
-    if ((error = offer.listeners.same_host_fd) < 0) reason = "no side-channel listener";
+    error = open_same_host_listener(offer.tcp_socket_inode, offer.listeners, reason);
   } else {
     offer.listeners.planned_rdma.reset();
     RdmaListenerPlan plan;
