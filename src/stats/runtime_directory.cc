@@ -1,5 +1,6 @@
 #include "stats/runtime_directory.h"
 
+#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -28,10 +29,10 @@ bool usable_directory(const char* path, bool must_own) {
 // file elsewhere is written through to a disk: its first write alone took
 // milliseconds on ext4, on the first connection of every process.
 bool in_memory(const char* path) {
-  constexpr decltype(statfs::f_type) kTmpfsMagic = 0x01021994;
-  constexpr decltype(statfs::f_type) kRamfsMagic = static_cast<decltype(statfs::f_type)>(0x858458f6);
   struct statfs filesystem {};
-  return statfs(path, &filesystem) == 0 && (filesystem.f_type == kTmpfsMagic || filesystem.f_type == kRamfsMagic);
+  return statfs(path, &filesystem) == 0 &&
+         (filesystem.f_type == static_cast<decltype(filesystem.f_type)>(TMPFS_MAGIC) ||
+          filesystem.f_type == static_cast<decltype(filesystem.f_type)>(RAMFS_MAGIC));
 }
 
 bool copy_path(char* path, size_t size, const char* text) {
